@@ -1,0 +1,210 @@
+"""The run configuration: one YAML file validated into frozen, typed sections.
+
+Every field has a default (documented in its ``description``); unknown keys and wrong types
+are errors that name the key and the file. Relative local table paths are resolved against
+the folder of the config file, so a config travels with its data.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from components import storage
+from components.errors import GnnflowError
+
+TaskType = Literal["node_classification", "link_prediction"]
+Transform = Literal["standardize", "passthrough", "one_hot", "hashing"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FeatureSpec(_Section):
+    """A group of columns that become features with one transform."""
+
+    columns: list[str] = Field(min_length=1, description="Column names or glob patterns (`f*`).")
+    transform: Transform = Field(
+        "passthrough",
+        description="standardize: (x - mean) / std with fitted statistics; passthrough: the number as is; "
+        "one_hot: one slot per category seen in the data (up to max_categories, rest in an 'other' slot); "
+        "hashing: num_buckets slots chosen by a stable hash of the value.",
+    )
+    on_missing: Literal["error", "fill"] = Field(
+        "error", description="What an empty cell, NaN or inf does: stop with an error naming file, row and column, or take fill_value."
+    )
+    fill_value: float = Field(0.0, description="Value for missing numbers (before standardizing).")
+    max_categories: int = Field(64, gt=0, description="one_hot: most frequent categories kept.")
+    num_buckets: int = Field(32, gt=0, description="hashing: number of buckets.")
+
+
+class NodeTableSpec(_Section):
+    """One node type, read from one file or every file below a prefix."""
+
+    type: str = Field("node", description="Node type name.")
+    uri: str = Field(description="CSV, gzipped CSV or Parquet file, or a folder/prefix of such files; local or gs://.")
+    format: Literal["auto", "csv", "parquet"] = Field("auto", description="auto: from the file extension.")
+    id_column: str = Field("node_id", description="Column with the node id (any type; enumerated to 0..n-1).")
+    label_column: str | None = Field(None, description="Class label column (empty cells: unlabeled).")
+    split_column: str | None = Field(None, description="Column naming each node's split; random split when absent.")
+    features: list[FeatureSpec] = Field(default_factory=list, description="Feature column groups, in output order.")
+
+
+class EdgeTableSpec(_Section):
+    """One edge type (source type, relation, destination type)."""
+
+    type: str = Field("edge", description="Relation name.")
+    uri: str = Field(description="CSV, gzipped CSV or Parquet file, or a folder/prefix of such files; local or gs://.")
+    format: Literal["auto", "csv", "parquet"] = Field("auto", description="auto: from the file extension.")
+    src_column: str = Field("src", description="Column with the source node id.")
+    dst_column: str = Field("dst", description="Column with the destination node id.")
+    src_type: str = Field("node", description="Node type of the sources.")
+    dst_type: str = Field("node", description="Node type of the destinations.")
+    undirected: bool = Field(True, description="Each row stands for both directions.")
+    split_column: str | None = Field(None, description="Link prediction: column naming each edge's split.")
+    on_unknown_endpoint: Literal["error", "drop"] = Field(
+        "error", description="An endpoint missing from the node table: stop with an error naming the row, or drop the edge and count it."
+    )
+    features: list[FeatureSpec] = Field(default_factory=list, description="Edge feature column groups.")
+
+    @property
+    def name(self) -> str:
+        return f"{self.src_type}__{self.type}__{self.dst_type}"
+
+
+class GraphSpec(_Section):
+    nodes: list[NodeTableSpec] = Field(min_length=1, description="One entry per node type.")
+    edges: list[EdgeTableSpec] = Field(min_length=1, description="One entry per edge type.")
+
+    @model_validator(mode="after")
+    def _types_consistent(self) -> "GraphSpec":
+        names = [n.type for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"node types must be unique, got {names}")
+        for e in self.edges:
+            for end in (e.src_type, e.dst_type):
+                if end not in names:
+                    raise ValueError(f"edge type {e.type!r} refers to node type {end!r}, not among {names}")
+        edge_names = [e.name for e in self.edges]
+        if len(set(edge_names)) != len(edge_names):
+            raise ValueError(f"edge types must be unique, got {edge_names}")
+        return self
+
+
+class SplitSpec(_Section):
+    """How nodes (classification) or edges (link prediction) are split."""
+
+    train_value: str = Field("train", description="Split column value for training rows.")
+    val_value: str = Field("val", description="Split column value for validation rows.")
+    test_value: str = Field("test", description="Split column value for test rows (other values: no split).")
+    train: float = Field(0.8, ge=0, le=1, description="Random split: training fraction.")
+    val: float = Field(0.1, ge=0, le=1, description="Random split: validation fraction.")
+    test: float = Field(0.1, ge=0, le=1, description="Random split: test fraction.")
+    seed: int = Field(42, description="Random split: seed (the split of a row depends only on it and the row's id).")
+
+    @model_validator(mode="after")
+    def _fractions(self) -> "SplitSpec":
+        if self.train + self.val + self.test > 1.0 + 1e-9:
+            raise ValueError(f"split fractions sum to {self.train + self.val + self.test:g} > 1")
+        return self
+
+
+class TaskSpec(_Section):
+    type: TaskType = Field("node_classification", description="node_classification or link_prediction.")
+    target: str | None = Field(None, description="Node type (classification) or relation (link prediction); default: the first.")
+    split: SplitSpec = Field(default_factory=SplitSpec, description="Split column values, or random split fractions.")
+
+
+class PreprocessSpec(_Section):
+    csv_block_bytes: int = Field(16 << 20, gt=0, description="CSV bytes parsed per chunk (bounds memory).")
+    parquet_batch_rows: int = Field(65_536, gt=0, description="Parquet rows read per chunk (bounds memory).")
+
+
+class SerializeSpec(_Section):
+    num_shards: int | None = Field(None, gt=0, description="Shards per node/edge type; default: from target_shard_bytes.")
+    target_shard_bytes: int = Field(64 << 20, gt=0, description="Approximate bytes per shard when num_shards is unset.")
+
+
+class OutputSpec(_Section):
+    root: str = Field("runs", description="Run root: local path or gs:// URI under which each step writes its output.")
+
+
+class GnnflowConfig(_Section):
+    """A whole run's configuration."""
+
+    graph: GraphSpec = Field(description="The tables: node types and edge types (required).")
+    task: TaskSpec = Field(default_factory=TaskSpec, description="What is learned, and the split.")
+    preprocess: PreprocessSpec = Field(default_factory=PreprocessSpec, description="Step preprocess: chunk sizes.")
+    serialize: SerializeSpec = Field(default_factory=SerializeSpec, description="Step serialize: shards.")
+    output: OutputSpec = Field(default_factory=OutputSpec, description="Where a run writes.")
+
+    @model_validator(mode="after")
+    def _task_fits_graph(self) -> "GnnflowConfig":
+        target = self.task_target
+        if self.task.type == "node_classification":
+            node = next((n for n in self.graph.nodes if n.type == target), None)
+            if node is None:
+                raise ValueError(f"task.target {target!r} is not a node type of graph.nodes")
+            if node.label_column is None:
+                raise ValueError(f"node_classification needs graph.nodes[{target!r}].label_column")
+        elif not any(e.type == target or e.name == target for e in self.graph.edges):
+            raise ValueError(f"task.target {target!r} is not an edge type of graph.edges")
+        return self
+
+    @property
+    def task_target(self) -> str:
+        """The node type (classification) or edge type name (link prediction) the task is about."""
+        if self.task.type == "node_classification":
+            return self.task.target or self.graph.nodes[0].type
+        target = self.task.target or self.graph.edges[0].name
+        match = next((e for e in self.graph.edges if target in (e.type, e.name)), None)
+        return match.name if match else target
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _format_error(source: str, error: ValidationError) -> str:
+    lines = [f"invalid config {source}:"]
+    for e in error.errors():
+        key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+        what = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"  key '{key}': {what}" if key else f"  {what}")
+    return "\n".join(lines)
+
+
+def _resolve_relative_uris(raw: dict, base_folder: str | None) -> None:
+    if base_folder is None or not isinstance(raw.get("graph"), dict):
+        return
+    for section in ("nodes", "edges"):
+        for table in raw["graph"].get(section) or []:
+            if isinstance(table, dict) and isinstance(table.get("uri"), str):
+                uri = table["uri"]
+                if "://" not in uri and not os.path.isabs(os.path.expanduser(uri)):
+                    table["uri"] = os.path.join(base_folder, uri)
+
+
+def parse_config(text: str, source: str, base_folder: str | None = None) -> GnnflowConfig:
+    """Validates YAML text; ``source`` names it in errors."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise GnnflowError(f"config {source} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise GnnflowError(f"config {source} must be a YAML mapping, got {type(raw).__name__}")
+    _resolve_relative_uris(raw, base_folder)
+    try:
+        return GnnflowConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise GnnflowError(_format_error(source, exc)) from None
+
+
+def load_config(uri: storage.Uri | str) -> GnnflowConfig:
+    """Reads and validates a config file from a local path or ``gs://``."""
+    uri = storage.parse_uri(uri)
+    base = os.path.dirname(uri.path) if isinstance(uri, storage.LocalUri) else None
+    return parse_config(storage.read_text(uri), str(uri), base)

@@ -1,0 +1,1 @@
+"""Step ``preprocess``: raw tables → validated, enumerated, transformed tables."""

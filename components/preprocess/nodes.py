@@ -1,0 +1,189 @@
+"""Node tables: fit (ids, feature statistics, label vocabulary), then transform and write.
+
+Pass 1 reads the id, label and feature columns to enumerate ids and fit statistics; pass 2
+reads them again and writes transformed Parquet parts, so memory stays bounded by one chunk
+plus the id map.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from components import storage, tables
+from components.config import NodeTableSpec, PreprocessSpec, SplitSpec
+from components.errors import GnnflowError
+from components.preprocess.parts import PartWriter
+from components.runlog import progress, rate, timed
+from components.schema import NO_LABEL, SPLIT_CODES, NodeTypeSchema
+from components.transforms import (
+    FeatureFitter,
+    FittedFeatures,
+    column_type,
+    encode_features,
+    encode_labels,
+    encode_splits,
+    expand_columns,
+    fit_label_vocabulary,
+    label_values,
+)
+
+log = logging.getLogger("gnnflow.preprocess")
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """The files of one table and the typed columns read from them."""
+
+    uri: str
+    files: list[storage.Uri]
+    fmt: tables.TableFormat
+    column_types: dict[str, pa.DataType]
+
+    def chunks(self, options: PreprocessSpec):
+        return tables.iter_chunks(
+            self.files, self.column_types, self.fmt, block_bytes=options.csv_block_bytes, batch_rows=options.parquet_batch_rows
+        )
+
+
+def open_table(uri: str, declared_format: str, base_columns: list[str], feature_specs) -> tuple[TableSource, list[list[str]]]:
+    """Lists a table's files, checks every header, and expands feature column patterns.
+
+    Returns the source and, per feature group, its concrete columns.
+    """
+    files = storage.expand_files(uri)
+    fmt = tables.file_format(files[0], declared_format)
+    headers = {f: tables.read_header(f, tables.file_format(f, fmt)) for f in files}
+    first_header = headers[files[0]]
+    groups = [expand_columns(spec.columns, first_header, str(files[0])) for spec in feature_specs]
+    needed = [*base_columns, *(c for g in groups for c in g)]
+    for f, header in headers.items():
+        tables.check_columns(f, header, needed)
+    column_types: dict[str, pa.DataType] = {c: pa.string() for c in base_columns}
+    for spec, group in zip(feature_specs, groups):
+        for c in group:
+            if c in column_types:
+                raise GnnflowError(f"{uri}: column '{c}' is used twice (as an id/label/split or in two feature groups)")
+            column_types[c] = column_type(spec)
+    return TableSource(uri, files, fmt, column_types), groups
+
+
+@dataclass(frozen=True)
+class NodeFit:
+    """What pass 1 learned about one node type."""
+
+    spec: NodeTableSpec
+    source: TableSource
+    features: list[FittedFeatures]
+    label_vocabulary: list[str] | None
+    ids: pd.Index  # original ids (as text); a node's int64 id is its position here
+
+
+def _row_of(position: int, boundaries: list[tuple[int, storage.Uri]]) -> str:
+    """'file, row N' for a global row position, given (first position, file) per file."""
+    start, uri = max(b for b in boundaries if b[0] <= position)
+    return f"{uri}, row {position - start + 1}"
+
+
+def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None) -> NodeFit:
+    """Pass 1 over one node table. ``reused`` holds fitted state from an earlier run to apply as is."""
+    base = [spec.id_column, *([spec.label_column] if spec.label_column else []), *([spec.split_column] if spec.split_column else [])]
+    source, groups = open_table(spec.uri, spec.format, base, spec.features)
+    fitters = [FeatureFitter(fs, cols) for fs, cols in zip(spec.features, groups)]
+    labels: set[str] = set()
+    id_parts: list[pa.ChunkedArray] = []
+    boundaries: list[tuple[int, storage.Uri]] = []
+    rows = 0
+    with timed() as elapsed, progress(f"fit nodes[{spec.type}]") as bar:
+        for chunk in source.chunks(options):
+            if chunk.first_row == 1:
+                boundaries.append((rows, chunk.source))
+            ids = chunk.table.column(spec.id_column)
+            if ids.null_count or pc.any(pc.equal(ids, "")).as_py():
+                empty = np.flatnonzero(np.asarray([v in (None, "") for v in ids.to_pylist()]))[0]
+                raise GnnflowError(f"{chunk.source}, row {chunk.first_row + empty}, column '{spec.id_column}': empty node id")
+            id_parts.append(ids)
+            if reused is None:
+                for fitter in fitters:
+                    fitter.update(chunk.table, str(chunk.source), chunk.first_row)
+            if spec.label_column:
+                labels |= label_values(chunk.table, spec.label_column)
+            rows += chunk.table.num_rows
+            bar.update(chunk.table.num_rows)
+    if rows == 0:
+        raise GnnflowError(f"node table {spec.uri} is empty: it has a header but no rows")
+    index = pd.Index(pa.chunked_array([c for part in id_parts for c in part.chunks], type=pa.string()).to_numpy(zero_copy_only=False))
+    if not index.is_unique:
+        dup = int(np.flatnonzero(index.duplicated())[0])
+        first = int(np.flatnonzero(index == index[dup])[0])
+        raise GnnflowError(
+            f"{_row_of(dup, boundaries)}, column '{spec.id_column}': duplicate node id {index[dup]!r} "
+            f"(first seen at {_row_of(first, boundaries)})"
+        )
+    if reused is not None:
+        features = [FittedFeatures.from_dict(f) for f in reused["features"]]
+        vocabulary = reused.get("label_vocabulary")
+    else:
+        features = [f.finish() for f in fitters]
+        vocabulary = fit_label_vocabulary(labels) if spec.label_column else None
+    log.info("nodes[%s]: %d rows in %d file(s), %s", spec.type, rows, len(source.files), rate(rows, elapsed[0]))
+    return NodeFit(spec, source, features, vocabulary, index)
+
+
+def write_nodes(
+    fit: NodeFit, options: PreprocessSpec, split: SplitSpec | None, writer: PartWriter
+) -> NodeTypeSchema:
+    """Pass 2: transformed features, labels and splits, and the id map, as Parquet parts.
+
+    ``split`` is the task's split spec when this is the task's target node type, else None.
+    """
+    spec = fit.spec
+    split_sizes = dict.fromkeys(SPLIT_CODES, 0)
+    next_id = 0
+    with timed() as elapsed, progress(f"write nodes[{spec.type}]", total=len(fit.ids)) as bar:
+        for chunk in fit.source.chunks(options):
+            n = chunk.table.num_rows
+            node_ids = np.arange(next_id, next_id + n, dtype=np.int64)
+            columns: dict[str, pa.Array] = {"node_id": pa.array(node_ids)}
+            x = encode_features(chunk.table, fit.features, str(chunk.source), chunk.first_row)
+            if x.shape[1]:
+                columns["features"] = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), x.shape[1])
+            label = None
+            if spec.label_column and fit.label_vocabulary is not None:
+                label = encode_labels(chunk.table, spec.label_column, fit.label_vocabulary, str(chunk.source), chunk.first_row)
+                columns["label"] = pa.array(label)
+            if split is not None:
+                split_column = chunk.table.column(spec.split_column) if spec.split_column else None
+                eligible = label != NO_LABEL if label is not None else None
+                codes = encode_splits(node_ids, split, split_column, eligible)
+                for name, code in SPLIT_CODES.items():
+                    split_sizes[name] += int((codes == code).sum())
+            else:
+                codes = np.full(n, -1, dtype=np.int8)
+            columns["split"] = pa.array(codes)
+            writer.write(f"nodes/{spec.type}", pa.table(columns))
+            writer.write(
+                f"id_maps/{spec.type}",
+                pa.table({"node_id": pa.array(node_ids), "original_id": chunk.table.column(spec.id_column).combine_chunks()}),
+            )
+            next_id += n
+            bar.update(n)
+    feature_names = [name for f in fit.features for name in f.output_names]
+    log.info(
+        "nodes[%s]: wrote %d nodes, %d features, %s classes, splits %s (%s)",
+        spec.type, next_id, len(feature_names), len(fit.label_vocabulary or []) or "no", split_sizes, rate(next_id, elapsed[0]),
+    )
+    return NodeTypeSchema(
+        name=spec.type,
+        count=next_id,
+        feature_names=feature_names,
+        label_vocabulary=fit.label_vocabulary,
+        split_sizes=split_sizes if split is not None else {},
+        files=writer.files(f"nodes/{spec.type}"),
+        id_map_files=writer.files(f"id_maps/{spec.type}"),
+    )

@@ -1,0 +1,95 @@
+"""The graph schema every step after ``preprocess`` reads: types, counts, dims, vocabularies, files.
+
+``preprocess`` writes it as ``graph_schema.json`` (files: Parquet parts) and ``serialize``
+as ``graph_metadata.json`` (files: TFRecord shards, plus the record layout).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from components.errors import GnnflowError
+
+SPLIT_CODES: dict[str, int] = {"train": 0, "val": 1, "test": 2}
+NO_SPLIT = -1
+NO_LABEL = -1
+
+
+@dataclass(frozen=True)
+class NodeTypeSchema:
+    """One node type: ``count`` nodes with ids ``0..count-1``."""
+
+    name: str
+    count: int
+    feature_names: list[str]
+    label_vocabulary: list[str] | None
+    split_sizes: dict[str, int]
+    files: list[str]
+    id_map_files: list[str] = field(default_factory=list)
+
+    @property
+    def feature_dim(self) -> int:
+        return len(self.feature_names)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_vocabulary or [])
+
+
+@dataclass(frozen=True)
+class EdgeTypeSchema:
+    """One edge type; ``undirected`` edges are stored once and stand for both directions."""
+
+    src_type: str
+    relation: str
+    dst_type: str
+    count: int
+    feature_names: list[str]
+    undirected: bool
+    split_sizes: dict[str, int]
+    files: list[str]
+    dropped_unknown_endpoints: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.src_type}__{self.relation}__{self.dst_type}"
+
+    @property
+    def feature_dim(self) -> int:
+        return len(self.feature_names)
+
+
+@dataclass(frozen=True)
+class GraphSchema:
+    """The whole graph as a later step sees it."""
+
+    task_type: str
+    target: str
+    node_types: dict[str, NodeTypeSchema]
+    edge_types: dict[str, EdgeTypeSchema]
+    record_format: dict[str, Any] = field(default_factory=dict)
+    format_version: int = 1
+
+    @property
+    def is_heterogeneous(self) -> bool:
+        return len(self.node_types) > 1 or len(self.edge_types) > 1
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @staticmethod
+    def from_json(text: str, source: str) -> "GraphSchema":
+        try:
+            raw = json.loads(text)
+            return GraphSchema(
+                task_type=raw["task_type"],
+                target=raw["target"],
+                node_types={k: NodeTypeSchema(**v) for k, v in raw["node_types"].items()},
+                edge_types={k: EdgeTypeSchema(**v) for k, v in raw["edge_types"].items()},
+                record_format=raw.get("record_format", {}),
+                format_version=raw.get("format_version", 1),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise GnnflowError(f"{source} is not a valid graph schema: {exc}") from exc

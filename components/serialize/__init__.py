@@ -1,0 +1,1 @@
+"""Step ``serialize``: preprocessed tables → TFRecord shards and ``graph_metadata.json``."""

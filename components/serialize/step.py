@@ -1,0 +1,158 @@
+"""Step ``serialize``: preprocessed tables → TFRecord shards of ``tf.train.Example``.
+
+One record per node (``node_id``, ``label``, ``split`` as int64; ``features`` as one packed
+float list) and per edge (``src``, ``dst``, ``split``; ``features``). Each type is cut into
+shards of about equal size so N workers can read disjoint shard subsets in parallel.
+
+Output (published atomically)::
+
+    nodes/<type>/shard-00000-of-00004.tfrecord
+    edges/<src>__<rel>__<dst>/shard-*.tfrecord
+    id_maps/<type>/part-*.parquet      copied from preprocess, for mapping results back
+    graph_metadata.json                the schema every later step reads (files: shards)
+    config.resolved.yaml
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import math
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from components import storage
+from components.config import GnnflowConfig, SerializeSpec
+from components.preprocess.step import STEP as PREPROCESS_STEP
+from components.preprocess.step import read_graph_schema
+from components.runlog import progress, rate, timed
+from components.schema import GraphSchema
+from components.tfrecord import encode_examples
+
+log = logging.getLogger("gnnflow.serialize")
+
+STEP = "serialize"
+METADATA_FILE = "graph_metadata.json"
+# Framing, keys and three small ints: what a record costs beyond its float payload.
+_RECORD_OVERHEAD_BYTES = 64
+
+
+def shard_count(rows: int, feature_dim: int, options: SerializeSpec) -> int:
+    """Shards for one type: the configured number, or enough to keep each near the target size."""
+    if options.num_shards is not None:
+        return max(1, min(options.num_shards, rows)) if rows else 1
+    total = rows * (4 * feature_dim + _RECORD_OVERHEAD_BYTES)
+    return max(1, min(rows, math.ceil(total / options.target_shard_bytes))) if rows else 1
+
+
+def iter_part_batches(preprocessed: storage.PublishedOutput, files: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    for rel in files:
+        with storage.open_read(preprocessed.uri(rel)) as f:
+            yield from pq.ParquetFile(f).iter_batches(batch_size=8192)
+
+
+def _features(batch: pa.RecordBatch, dim: int) -> np.ndarray:
+    """(rows, dim) float32 from a fixed-size-list column (absent when dim is 0)."""
+    if dim == 0:
+        return np.zeros((batch.num_rows, 0), dtype=np.float32)
+    column = batch.column(batch.schema.get_field_index("features"))
+    return column.flatten().to_numpy(zero_copy_only=False).reshape(batch.num_rows, dim)  # flatten honours slices
+
+
+def _encode_batch(batch: pa.RecordBatch, int_columns: Sequence[str], dim: int) -> bytes:
+    ints = {name: batch.column(batch.schema.get_field_index(name)).to_numpy().astype(np.int64) for name in int_columns}
+    return encode_examples(ints, {"features": _features(batch, dim)})
+
+
+def _shard_pieces(batches: Iterator[pa.RecordBatch], per_shard: int, num_shards: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Cuts the batch stream at shard boundaries: (shard index, rows for it), in order."""
+    shard, in_shard = 0, 0
+    for batch in batches:
+        start = 0
+        while start < batch.num_rows:
+            if in_shard == per_shard and shard + 1 < num_shards:
+                shard, in_shard = shard + 1, 0
+            room = batch.num_rows - start if shard + 1 == num_shards else per_shard - in_shard
+            take = min(room, batch.num_rows - start)
+            yield shard, batch.slice(start, take)
+            start += take
+            in_shard += take
+
+
+def write_shards(
+    staging: storage.OutputStaging,
+    folder: str,
+    batches: Iterator[pa.RecordBatch],
+    rows: int,
+    num_shards: int,
+    int_columns: Sequence[str],
+    dim: int,
+    description: str,
+) -> list[str]:
+    """Streams batches into ``num_shards`` shards of near-equal row counts; returns their paths."""
+    paths = [f"{folder}/shard-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
+    written: set[int] = set()
+    with progress(description, total=rows) as bar:
+        pieces = _shard_pieces(batches, math.ceil(rows / num_shards) if rows else 0, num_shards)
+        for shard, group in itertools.groupby(pieces, key=lambda piece: piece[0]):
+            with staging.open_write(paths[shard]) as writer:
+                for _, piece in group:
+                    writer.write(_encode_batch(piece, int_columns, dim))
+                    bar.update(piece.num_rows)
+            written.add(shard)
+    for shard in sorted(set(range(num_shards)) - written):  # fewer rows than shards: empty shards
+        staging.write_bytes(paths[shard], b"")
+    return paths
+
+
+def serialize(config: GnnflowConfig | None, preprocessed_uri: storage.Uri | str, output: storage.Uri | str) -> storage.PublishedOutput:
+    """Runs the step over a published preprocess output; returns the published TFRecords."""
+    options = config.serialize if config else SerializeSpec()
+    preprocessed = storage.open_published(preprocessed_uri, step=PREPROCESS_STEP)
+    schema = read_graph_schema(preprocessed)
+    output = storage.parse_uri(output)
+    log.info("serialize: %s → %s", preprocessed.root, output)
+    record_format: dict[str, dict] = {"node_types": {}, "edge_types": {}}
+    with timed() as elapsed, storage.staged_output(output, STEP) as staging:
+        node_types, edge_types, total = {}, {}, 0
+        for name, node in schema.node_types.items():
+            int_columns = ["node_id", *(["label"] if node.label_vocabulary is not None else []), "split"]
+            shards = write_shards(
+                staging, f"nodes/{name}", iter_part_batches(preprocessed, node.files), node.count,
+                shard_count(node.count, node.feature_dim, options), int_columns, node.feature_dim, f"nodes[{name}]",
+            )
+            id_maps = []
+            for rel in node.id_map_files:
+                storage.copy_file(preprocessed.uri(rel), staging.uri(rel))
+                staging.add_entries({rel: preprocessed.manifest.files[rel]})
+                id_maps.append(rel)
+            node_types[name] = dataclasses.replace(node, files=shards, id_map_files=id_maps)
+            record_format["node_types"][name] = {"int64": {c: 1 for c in int_columns}, "float": {"features": node.feature_dim}}
+            total += node.count
+            log.info("nodes[%s]: %d records in %d shard(s)", name, node.count, len(shards))
+        for name, edge in schema.edge_types.items():
+            int_columns = ["src", "dst", "split"]
+            shards = write_shards(
+                staging, f"edges/{name}", iter_part_batches(preprocessed, edge.files), edge.count,
+                shard_count(edge.count, edge.feature_dim, options), int_columns, edge.feature_dim, f"edges[{name}]",
+            )
+            edge_types[name] = dataclasses.replace(edge, files=shards)
+            record_format["edge_types"][name] = {"int64": {c: 1 for c in int_columns}, "float": {"features": edge.feature_dim}}
+            total += edge.count
+            log.info("edges[%s]: %d records in %d shard(s)", name, edge.count, len(shards))
+        metadata = GraphSchema(schema.task_type, schema.target, node_types, edge_types, record_format)
+        staging.write_bytes(METADATA_FILE, metadata.to_json().encode())
+        if config is not None:
+            staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
+        counts = {f"nodes.{k}": v.count for k, v in node_types.items()} | {f"edges.{k}": v.count for k, v in edge_types.items()}
+        published = staging.publish(counts=counts, metadata={"source": str(preprocessed.root), "source_generation": preprocessed.manifest.generation})
+    log.info("serialize: published %s: %d records, %s", output, total, rate(total, elapsed[0]))
+    return published
+
+
+def read_graph_metadata(serialized: storage.PublishedOutput) -> GraphSchema:
+    return GraphSchema.from_json(serialized.read_bytes(METADATA_FILE).decode(), str(serialized.uri(METADATA_FILE)))

@@ -1,0 +1,149 @@
+"""``gs://`` through google-cloud-storage, with transient errors retried and permanent ones named.
+
+The client honours ``STORAGE_EMULATOR_HOST`` (anonymous credentials then), which is how tests
+and laptop runs talk to a fake-gcs-server on loopback instead of the real service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import BinaryIO, Callable, TypeVar
+
+from google.api_core import exceptions as api_exceptions
+from google.cloud import storage as gcs
+from google.cloud.storage.retry import DEFAULT_RETRY
+
+from components.errors import GnnflowError
+from components.storage.uri import GcsUri
+
+# Every write here overwrites whole objects with the same bytes on a retry, so retrying all
+# of them (not only the calls the library deems idempotent) is safe.
+RETRY = DEFAULT_RETRY.with_delay(initial=0.5, maximum=8.0, multiplier=2.0).with_timeout(
+    float(os.environ.get("GNNFLOW_GCS_RETRY_SECONDS", "120"))
+)
+_CHUNK = 8 * 1024 * 1024
+
+T = TypeVar("T")
+
+
+@functools.lru_cache(maxsize=4)
+def _client_for(emulator_host: str | None, project: str | None) -> gcs.Client:
+    if emulator_host:
+        from google.auth.credentials import AnonymousCredentials
+
+        return gcs.Client(project=project or "local", credentials=AnonymousCredentials())
+    return gcs.Client(project=project)
+
+
+def client() -> gcs.Client:
+    """The process's client; a new one when the emulator address changes (tests switch it)."""
+    return _client_for(os.environ.get("STORAGE_EMULATOR_HOST"), os.environ.get("GOOGLE_CLOUD_PROJECT"))
+
+
+def _blob(uri: GcsUri) -> gcs.Blob:
+    if not uri.key:
+        raise GnnflowError(f"{uri} names a bucket, expected an object")
+    return client().bucket(uri.bucket).blob(uri.key)
+
+
+def _named(uri: GcsUri, call: Callable[[], T]) -> T:
+    """Runs ``call``, turning permanent GCS failures into one-line errors naming ``uri``."""
+    try:
+        return call()
+    except api_exceptions.NotFound as exc:
+        raise GnnflowError(f"{uri} does not exist") from exc
+    except api_exceptions.Forbidden as exc:
+        raise GnnflowError(f"access denied to {uri}: {exc.message}") from exc
+    except api_exceptions.Unauthorized as exc:
+        raise GnnflowError(f"not authenticated for {uri}: {exc.message}") from exc
+    except api_exceptions.GoogleAPICallError as exc:
+        raise GnnflowError(f"GCS request for {uri} failed: {exc.code} {exc.message}") from exc
+    except Exception as exc:
+        # The retry deadline expired on a transient error, or the connection kept failing.
+        if type(exc).__module__.startswith(("google", "requests", "urllib3")):
+            raise GnnflowError(f"GCS request for {uri} failed after retries: {exc}") from exc
+        raise
+
+
+def read_bytes(uri: GcsUri) -> bytes:
+    return _named(uri, lambda: _blob(uri).download_as_bytes(retry=RETRY))
+
+
+def write_bytes(uri: GcsUri, data: bytes) -> None:
+    _named(uri, lambda: _blob(uri).upload_from_string(data, retry=RETRY))
+
+
+def upload_file(local_path: str, uri: GcsUri) -> None:
+    _named(uri, lambda: _blob(uri).upload_from_filename(local_path, retry=RETRY))
+
+
+def download_file(uri: GcsUri, local_path: str) -> None:
+    _named(uri, lambda: _blob(uri).download_to_filename(local_path, retry=RETRY))
+
+
+def exists(uri: GcsUri) -> bool:
+    if not uri.key:
+        return False  # a bucket root is a folder, never a file
+    return _named(uri, lambda: _blob(uri).exists(retry=RETRY))
+
+
+def size(uri: GcsUri) -> int:
+    def call() -> int:
+        blob = client().bucket(uri.bucket).get_blob(uri.key, retry=RETRY)
+        if blob is None:
+            raise GnnflowError(f"{uri} does not exist")
+        return int(blob.size)
+
+    return _named(uri, call)
+
+
+def list_files(uri: GcsUri) -> list[GcsUri]:
+    """Every object under ``uri`` taken as a folder, sorted by key."""
+
+    def call() -> list[GcsUri]:
+        blobs = client().list_blobs(uri.bucket, prefix=uri.prefix, retry=RETRY)
+        names = sorted(b.name for b in blobs if not b.name.endswith("/"))
+        return [GcsUri(uri.bucket, name) for name in names]
+
+    return _named(uri, call)
+
+
+def delete(uri: GcsUri) -> None:
+    def call() -> None:
+        try:
+            _blob(uri).delete(retry=RETRY)
+        except api_exceptions.NotFound:
+            pass
+
+    _named(uri, call)
+
+
+def copy(src: GcsUri, dst: GcsUri) -> None:
+    """Server-side copy: the bytes never pass through this machine."""
+
+    def call() -> None:
+        bucket = client().bucket(src.bucket)
+        bucket.copy_blob(bucket.blob(src.key), client().bucket(dst.bucket), dst.key, retry=RETRY)
+
+    _named(src, call)
+
+
+def open_read(uri: GcsUri) -> BinaryIO:
+    """A seekable stream that downloads in chunks, so a large object never sits in memory."""
+    blob = _blob(uri)
+    # BlobReader fetches lazily: load the metadata now so a missing object fails here, named.
+    _named(uri, lambda: blob.reload(retry=RETRY))
+    return blob.open("rb", chunk_size=_CHUNK, retry=RETRY)  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def open_write(uri: GcsUri) -> Iterator[BinaryIO]:
+    """Spools to a local file and uploads on success: the object appears whole or not at all."""
+    with tempfile.NamedTemporaryFile(prefix="gnnflow-upload-", suffix=".part") as spool:
+        yield spool  # type: ignore[misc]
+        spool.flush()
+        upload_file(spool.name, uri)

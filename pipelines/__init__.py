@@ -1,0 +1,1 @@
+"""The DAG and the commands that run, compile, submit and schedule it."""

@@ -1,0 +1,77 @@
+"""The ``gnnflow`` command: ``init-config``, ``step NAME ...`` and ``run``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from components import storage
+from components.entrypoint import run_cli
+
+STEPS = ("preprocess", "serialize")
+
+
+def _init_config(args: argparse.Namespace) -> None:
+    from components.starter_config import propose_config, render
+
+    config = propose_config(
+        args.nodes, args.edges, id_column=args.id_column, src_column=args.src_column, dst_column=args.dst_column,
+        label_column=args.label_column, split_column=args.split_column, task=args.task,
+        node_type=args.node_type, relation=args.relation, output_root=args.output_root,
+    )
+    storage.write_text(args.output, render(config, f"{args.nodes} and {args.edges}"))
+    print(f"wrote {args.output}", file=sys.stderr)
+
+
+def _step(args: argparse.Namespace) -> None:
+    import importlib
+
+    module = importlib.import_module(f"components.{args.name}.__main__")
+    module.main(args.step_args)
+
+
+def _run(args: argparse.Namespace) -> None:
+    from pipelines.local_run import run
+
+    run(args.config, args.output)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gnnflow", description="Train graph neural networks on Kubeflow / Vertex AI Pipelines, or locally.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    init = commands.add_parser("init-config", help="propose a config from a node table and an edge table")
+    init.add_argument("--nodes", required=True, help="node table: file or prefix, local or gs://")
+    init.add_argument("--edges", required=True, help="edge table: file or prefix, local or gs://")
+    init.add_argument("--id-column", required=True)
+    init.add_argument("--src-column", required=True)
+    init.add_argument("--dst-column", required=True)
+    init.add_argument("--label-column")
+    init.add_argument("--split-column")
+    init.add_argument("--task", choices=["node_classification", "link_prediction"], default="node_classification")
+    init.add_argument("--node-type", default="node", help="name of the node type (default: node)")
+    init.add_argument("--relation", default="edge", help="name of the edge relation (default: edge)")
+    init.add_argument("--output-root", default="runs", help="output.root of the config (default: runs)")
+    init.add_argument("-o", "--output", required=True, help="where to write the config (local or gs://)")
+    init.set_defaults(handler=_init_config)
+
+    step = commands.add_parser("step", help="run one step: gnnflow step NAME --help")
+    step.add_argument("name", choices=STEPS)
+    step.add_argument("step_args", nargs=argparse.REMAINDER, help="the step's own arguments")
+    step.set_defaults(handler=_step)
+
+    run = commands.add_parser("run", help="run the pipeline locally (default: the bundled demo)")
+    run.add_argument("--config", help="config YAML; without it, the bundled demo graph")
+    run.add_argument("--output", help="run root (default: runs/<timestamp>, or <output.root>/<timestamp>)")
+    run.set_defaults(handler=_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_cli(lambda _: args.handler(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

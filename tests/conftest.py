@@ -1,0 +1,72 @@
+"""Shared pytest fixtures. Each block below belongs to one concern; add new ones as blocks."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+
+import pytest
+
+from tests.flaky_http_proxy import Failure, FlakyProxy
+from tests.gcs_emulator import GcsEmulator
+
+# ---------------------------------------------------------------------------------------
+# GCS on loopback: one fake-gcs-server per test session, a fresh bucket per test, and
+# failure-injecting proxies in front of it. See tests/gcs_emulator.py and
+# tests/flaky_http_proxy.py.
+# ---------------------------------------------------------------------------------------
+
+_GCS_TEST_ENVIRONMENT = {
+    # Anything that would try Google's metadata server or a real endpoint is pointed at
+    # a closed loopback port, so a mistake fails fast instead of reaching (or waiting
+    # for) the internet.
+    "GCE_METADATA_HOST": "127.0.0.1:9",
+    "GCE_METADATA_IP": "127.0.0.1:9",
+    "grpc_proxy": "http://127.0.0.1:9",
+    "GOOGLE_CLOUD_PROJECT": "test",
+    # google-cloud-storage 3.x otherwise fetches each bucket's metadata in a background
+    # thread on first use (for tracing attributes); that extra, unordered request would
+    # race the requests a test means to fail through FlakyProxy.
+    "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA": "true",
+}
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[GcsEmulator]:
+    """The session's GCS emulator, with `STORAGE_EMULATOR_HOST` pointing at it."""
+    with GcsEmulator() as emulator, pytest.MonkeyPatch.context() as environment:
+        for name, value in _GCS_TEST_ENVIRONMENT.items():
+            environment.setenv(name, value)
+        environment.setenv("STORAGE_EMULATOR_HOST", emulator.url)
+        yield emulator
+
+
+@pytest.fixture
+def gcs_bucket(gcs_emulator: GcsEmulator) -> str:
+    """Name of a new, empty bucket on the emulator, unique to this test."""
+    name = f"test-{uuid.uuid4().hex[:20]}"
+    gcs_emulator.create_bucket(name)
+    return name
+
+
+@pytest.fixture
+def flaky_gcs(gcs_emulator: GcsEmulator) -> Iterator[Callable[[Sequence[Failure]], FlakyProxy]]:
+    """Factory: `make(failures)` starts a `FlakyProxy` in front of the emulator.
+
+    Point clients at it with `tests.gcs_emulator.storage_emulator_host(proxy.url)`.
+    Proxies are stopped when the test ends.
+    """
+    proxies: list[FlakyProxy] = []
+
+    def make(failures: Sequence[Failure]) -> FlakyProxy:
+        proxy = FlakyProxy(gcs_emulator.url, failures)
+        proxy.start()
+        proxies.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        proxy.stop()
+
+
+# --------------------------------------------------------------------------- end of GCS

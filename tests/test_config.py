@@ -1,0 +1,99 @@
+"""Config: defaults, clear errors naming key and file, cross-section checks, init-config."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from components.config import GnnflowConfig, load_config, parse_config
+from components.errors import GnnflowError
+from components.starter_config import propose_config
+from components.demo_graph import generate_demo_graph, write_demo_graph
+
+MINIMAL = "graph:\n  nodes: [{uri: n.csv, label_column: y}]\n  edges: [{uri: e.csv}]\n"
+
+
+def test_defaults_fill_every_section():
+    config = parse_config(MINIMAL, "mem.yaml")
+    assert config.task.type == "node_classification" and config.task_target == "node"
+    assert config.graph.nodes[0].id_column == "node_id" and config.graph.edges[0].undirected
+    assert config.task.split.train == 0.8 and config.serialize.target_shard_bytes == 64 << 20
+    assert config.output.root == "runs"
+
+
+def test_every_field_is_documented():
+    def walk(model: type) -> list[str]:
+        missing = []
+        for name, field in model.model_fields.items():
+            if not field.description:
+                missing.append(f"{model.__name__}.{name}")
+            for inner in getattr(field.annotation, "__args__", ()) + (field.annotation,):
+                if isinstance(inner, type) and hasattr(inner, "model_fields"):
+                    missing += walk(inner)
+        return missing
+
+    assert walk(GnnflowConfig) == []
+
+
+def test_relative_table_paths_resolve_against_the_config_folder(tmp_path):
+    (tmp_path / "c.yaml").write_text(MINIMAL)
+    config = load_config(tmp_path / "c.yaml")
+    assert config.graph.nodes[0].uri == str(tmp_path / "n.csv")
+    assert parse_config(MINIMAL.replace("n.csv", "gs://b/n.csv"), "x").graph.nodes[0].uri == "gs://b/n.csv"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (MINIMAL + "extra: 1\n", "key 'extra': unknown key"),
+        (MINIMAL + "task: {type: regression}\n", "key 'task.type': Input should be 'node_classification' or 'link_prediction'"),
+        (MINIMAL + "serialize: {num_shards: 0}\n", "key 'serialize.num_shards': Input should be greater than 0"),
+        (MINIMAL + "task: {split: {train: 0.9, val: 0.2}}\n", "split fractions sum to 1.2 > 1"),
+        ("graph:\n  nodes: [{uri: n.csv}]\n  edges: [{uri: e.csv}]\n", "node_classification needs graph.nodes['node'].label_column"),
+        (MINIMAL.replace("{uri: e.csv}", "{uri: e.csv, src_type: user}"), "refers to node type 'user'"),
+        (MINIMAL + "task: {type: link_prediction, target: follows}\n", "task.target 'follows' is not an edge type"),
+        ("graph: [1, 2]\n", "key 'graph': Input should be a valid dictionary"),
+        ("- a\n- b\n", "must be a YAML mapping"),
+        ("graph: {nodes: [\n", "is not valid YAML"),
+    ],
+)
+def test_errors_name_the_key_and_the_file(tmp_path, text, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(GnnflowError) as error:
+        load_config(path)
+    assert str(path) in str(error.value)
+    assert expected in str(error.value)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(GnnflowError, match=f"{tmp_path / 'nope.yaml'} does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_init_config_types_every_column_and_runs_as_is(tmp_path):
+    nodes, edges = write_demo_graph(generate_demo_graph(500, num_word_features=16), tmp_path / "data")
+    config = propose_config(str(nodes), str(edges), id_column="node_id", src_column="src", dst_column="dst", label_column="label")
+    groups = [(g.columns, g.transform) for g in config.graph.nodes[0].features]
+    assert groups == [(["w*"], "passthrough"), (["score"], "standardize"), (["venue"], "one_hot")]
+    round_trip = parse_config(config.to_yaml(), "round-trip")
+    assert round_trip == config
+    from components.preprocess.step import preprocess
+
+    published = preprocess(round_trip, tmp_path / "out")
+    schema = published.read_json("graph_schema.json")["node_types"]["node"]
+    assert len(schema["feature_names"]) == 16 + 1 + 8 + 1
+    assert schema["label_vocabulary"] == [f"class_{i}" for i in range(5)]
+
+
+def test_init_config_leaves_out_near_unique_text_and_hashes_many_values(tmp_path):
+    rows = "".join(f"n{i},c{i % 2},title {i},city{i % 50},{i % 2}\n" for i in range(200))
+    (tmp_path / "n.csv").write_text("id,y,title,city,flag\n" + rows)
+    (tmp_path / "e.csv").write_text("a,b\nn1,n2\n")
+    config = propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="y")
+    assert [(g.columns, g.transform) for g in config.graph.nodes[0].features] == [(["city"], "hashing"), (["flag"], "passthrough")]
+    with pytest.raises(GnnflowError, match="missing column 'label'"):
+        propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="label")
+    with pytest.raises(GnnflowError, match="needs --label-column"):
+        propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b")
+    assert yaml.safe_load(config.to_yaml())["task"]["type"] == "node_classification"
