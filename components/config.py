@@ -129,6 +129,21 @@ class SerializeSpec(_Section):
     target_shard_bytes: int = Field(64 << 20, gt=0, description="Approximate bytes per shard when num_shards is unset.")
 
 
+class PartitionSpec(_Section):
+    edge_assignment: Literal["src", "dst"] = Field(
+        "src", description="Which endpoint's partition holds an edge: src for sampling out-edges, dst for in-edges."
+    )
+    load_in_parallel: bool = Field(
+        True, description="Load node and edge shards in parallel subprocesses; false loads them one after another (edges first), lowering peak memory."
+    )
+    seed: int = Field(0, description="Seed of the hash that assigns nodes to partitions.")
+
+
+class ResourcesSpec(_Section):
+    world_size: int = Field(1, ge=1, description="Workers of the multi-worker steps (partition, train, infer).")
+    processes_per_replica: int = Field(1, ge=1, description="On a cluster: worker processes per replica (machine).")
+
+
 class OutputSpec(_Section):
     root: str = Field("runs", description="Run root: local path or gs:// URI under which each step writes its output.")
 
@@ -140,6 +155,8 @@ class GnnflowConfig(_Section):
     task: TaskSpec = Field(default_factory=TaskSpec, description="What is learned, and the split.")
     preprocess: PreprocessSpec = Field(default_factory=PreprocessSpec, description="Step preprocess: chunk sizes.")
     serialize: SerializeSpec = Field(default_factory=SerializeSpec, description="Step serialize: shards.")
+    partition: PartitionSpec = Field(default_factory=PartitionSpec, description="Step partition.")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Workers per multi-worker step.")
     output: OutputSpec = Field(default_factory=OutputSpec, description="Where a run writes.")
 
     @model_validator(mode="after")

@@ -28,6 +28,7 @@ class NodeTypeSchema:
     split_sizes: dict[str, int]
     files: list[str]
     id_map_files: list[str] = field(default_factory=list)
+    file_rows: list[int] = field(default_factory=list)  # records per file, when known
 
     @property
     def feature_dim(self) -> int:
@@ -51,6 +52,7 @@ class EdgeTypeSchema:
     split_sizes: dict[str, int]
     files: list[str]
     dropped_unknown_endpoints: int = 0
+    file_rows: list[int] = field(default_factory=list)  # records per file, when known
 
     @property
     def name(self) -> str:

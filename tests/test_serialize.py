@@ -51,6 +51,9 @@ def test_shards_are_balanced_and_complete(tmp_path, tiny_preprocessed):
     assert sorted(nodes["node_id"].tolist()) == list(range(1001))
     edge = meta.edge_types["item__link__item"]
     assert edge.count == 2 and len(edge.files) == 2  # 2 rows, 4 shards asked: one per row
+    assert node.file_rows == per_shard and edge.file_rows == [1, 1]
+    edges = read_records(out, edge.files, meta.record_format["edge_types"]["item__link__item"])
+    assert edges["edge_id"].tolist() == [0, 1] and edges["src"].tolist() == [1, 2]
     assert out.manifest.counts == {"nodes.item": 1001, "edges.item__link__item": 2}
     assert out.files_under("id_maps/item") == node.id_map_files
 

@@ -1,7 +1,8 @@
 """Step ``serialize``: preprocessed tables → TFRecord shards of ``tf.train.Example``.
 
 One record per node (``node_id``, ``label``, ``split`` as int64; ``features`` as one packed
-float list) and per edge (``src``, ``dst``, ``split``; ``features``). Each type is cut into
+float list) and per edge (``edge_id``, ``src``, ``dst``, ``split``; ``features``); an edge's id is
+its position within its type, so later steps can name edges (partition books, edge features). Each type is cut into
 shards of about equal size so N workers can read disjoint shard subsets in parallel.
 
 Output (published atomically)::
@@ -63,8 +64,13 @@ def _features(batch: pa.RecordBatch, dim: int) -> np.ndarray:
     return column.flatten().to_numpy(zero_copy_only=False).reshape(batch.num_rows, dim)  # flatten honours slices
 
 
-def _encode_batch(batch: pa.RecordBatch, int_columns: Sequence[str], dim: int) -> bytes:
-    ints = {name: batch.column(batch.schema.get_field_index(name)).to_numpy().astype(np.int64) for name in int_columns}
+def _encode_batch(batch: pa.RecordBatch, int_columns: Sequence[str], dim: int, first_row: int) -> bytes:
+    """Records of one batch; ``edge_id`` is not a column but the row's position in its type."""
+    ints = {
+        name: np.arange(first_row, first_row + batch.num_rows, dtype=np.int64) if name == "edge_id"
+        else batch.column(batch.schema.get_field_index(name)).to_numpy().astype(np.int64)
+        for name in int_columns
+    }
     return encode_examples(ints, {"features": _features(batch, dim)})
 
 
@@ -92,21 +98,25 @@ def write_shards(
     int_columns: Sequence[str],
     dim: int,
     description: str,
-) -> list[str]:
-    """Streams batches into ``num_shards`` shards of near-equal row counts; returns their paths."""
+) -> tuple[list[str], list[int]]:
+    """Streams batches into ``num_shards`` shards of near-equal row counts; returns their paths
+    and record counts."""
     paths = [f"{folder}/shard-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
-    written: set[int] = set()
+    counts = [0] * num_shards
+    done = 0
     with progress(description, total=rows) as bar:
         pieces = _shard_pieces(batches, math.ceil(rows / num_shards) if rows else 0, num_shards)
         for shard, group in itertools.groupby(pieces, key=lambda piece: piece[0]):
             with staging.open_write(paths[shard]) as writer:
                 for _, piece in group:
-                    writer.write(_encode_batch(piece, int_columns, dim))
+                    writer.write(_encode_batch(piece, int_columns, dim, done))
+                    counts[shard] += piece.num_rows
+                    done += piece.num_rows
                     bar.update(piece.num_rows)
-            written.add(shard)
-    for shard in sorted(set(range(num_shards)) - written):  # fewer rows than shards: empty shards
-        staging.write_bytes(paths[shard], b"")
-    return paths
+    for shard, count in enumerate(counts):  # fewer rows than shards: empty shards
+        if count == 0:
+            staging.write_bytes(paths[shard], b"")
+    return paths, counts
 
 
 def serialize(config: GnnflowConfig | None, preprocessed_uri: storage.Uri | str, output: storage.Uri | str) -> storage.PublishedOutput:
@@ -121,7 +131,7 @@ def serialize(config: GnnflowConfig | None, preprocessed_uri: storage.Uri | str,
         node_types, edge_types, total = {}, {}, 0
         for name, node in schema.node_types.items():
             int_columns = ["node_id", *(["label"] if node.label_vocabulary is not None else []), "split"]
-            shards = write_shards(
+            shards, rows = write_shards(
                 staging, f"nodes/{name}", iter_part_batches(preprocessed, node.files), node.count,
                 shard_count(node.count, node.feature_dim, options), int_columns, node.feature_dim, f"nodes[{name}]",
             )
@@ -130,17 +140,17 @@ def serialize(config: GnnflowConfig | None, preprocessed_uri: storage.Uri | str,
                 storage.copy_file(preprocessed.uri(rel), staging.uri(rel))
                 staging.add_entries({rel: preprocessed.manifest.files[rel]})
                 id_maps.append(rel)
-            node_types[name] = dataclasses.replace(node, files=shards, id_map_files=id_maps)
+            node_types[name] = dataclasses.replace(node, files=shards, file_rows=rows, id_map_files=id_maps)
             record_format["node_types"][name] = {"int64": {c: 1 for c in int_columns}, "float": {"features": node.feature_dim}}
             total += node.count
             log.info("nodes[%s]: %d records in %d shard(s)", name, node.count, len(shards))
         for name, edge in schema.edge_types.items():
-            int_columns = ["src", "dst", "split"]
-            shards = write_shards(
+            int_columns = ["edge_id", "src", "dst", "split"]
+            shards, rows = write_shards(
                 staging, f"edges/{name}", iter_part_batches(preprocessed, edge.files), edge.count,
                 shard_count(edge.count, edge.feature_dim, options), int_columns, edge.feature_dim, f"edges[{name}]",
             )
-            edge_types[name] = dataclasses.replace(edge, files=shards)
+            edge_types[name] = dataclasses.replace(edge, files=shards, file_rows=rows)
             record_format["edge_types"][name] = {"int64": {c: 1 for c in int_columns}, "float": {"features": edge.feature_dim}}
             total += edge.count
             log.info("edges[%s]: %d records in %d shard(s)", name, edge.count, len(shards))

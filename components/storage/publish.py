@@ -124,14 +124,18 @@ class _ChecksummingWriter:
         return FileEntry(self.size, self._crc.hexdigest().decode())
 
 
+def new_generation() -> str:
+    """A fresh generation folder name: sortable by time, unique across concurrent writers."""
+    return f"gen-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+
+
 class OutputStaging:
     """A generation folder being filled; see :func:`staged_output`."""
 
-    def __init__(self, output: Uri, step: str) -> None:
+    def __init__(self, output: Uri, step: str, generation: str | None = None) -> None:
         self.output = output
         self.step = step
-        now = dt.datetime.now(dt.timezone.utc)
-        self.generation = f"gen-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+        self.generation = generation or new_generation()
         self.root = output.join(self.generation)
         self.entries: dict[str, FileEntry] = {}
         self.published: PublishedOutput | None = None

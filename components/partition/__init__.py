@@ -1,0 +1,1 @@
+"""Step ``partition``: TFRecords → one graph partition per worker, plus partition books."""

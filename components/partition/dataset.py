@@ -1,0 +1,89 @@
+"""A stored partition as a GLT ``DistDataset`` on the CPU (what train and infer sample from)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from components.partition.store import StoredPartition
+from components.schema import SPLIT_CODES
+
+
+def edge_type_tuple(name: str) -> tuple[str, str, str]:
+    """'paper__cites__paper' → ('paper', 'cites', 'paper'), GLT's and PyG's edge type form."""
+    src, relation, dst = name.split("__")
+    return src, relation, dst
+
+
+def _id2idx(node_ids: torch.Tensor, count: int) -> torch.Tensor:
+    """(count,) int64 map from global id to row in this partition's tensors (-1: not here)."""
+    index = torch.full((count,), -1, dtype=torch.int64)
+    index[node_ids] = torch.arange(len(node_ids))
+    return index
+
+
+@dataclass(frozen=True)
+class NodeSplits:
+    """Global ids of this partition's train / val / test nodes, per node type."""
+
+    train: dict[str, torch.Tensor]
+    val: dict[str, torch.Tensor]
+    test: dict[str, torch.Tensor]
+
+
+def node_splits(part: StoredPartition) -> NodeSplits:
+    def pick(code: int) -> dict[str, torch.Tensor]:
+        return {t: v["node_id"][v["split"] == code] for t, v in part.nodes.items()}
+
+    return NodeSplits(pick(SPLIT_CODES["train"]), pick(SPLIT_CODES["val"]), pick(SPLIT_CODES["test"]))
+
+
+def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tensor] | None = None):
+    """Builds a ``graphlearn_torch.distributed.DistDataset`` from partition ``part.index``.
+
+    Homogeneous graphs (one node type, one edge type) use GLT's plain-tensor form, others its
+    dict form keyed by node type / ``(src, relation, dst)``. Features and labels are held by
+    their owning partition and fetched over RPC by the samplers; ``feature_with_gpu`` is off,
+    as GLT requires on the CPU. ``edge_filter`` keeps only the masked edges of a type (e.g.
+    the training edges for link prediction).
+    """
+    import graphlearn_torch as glt  # imported here: GLT loads CUDA-linked libraries
+
+    meta = part.metadata
+    schema = meta.schema
+    hetero = schema.is_heterogeneous
+    counts = {t: n.count for t, n in schema.node_types.items()}
+
+    edge_index, edge_ids = {}, {}
+    for name, tensors in part.edges.items():
+        keep = edge_filter.get(name) if edge_filter else None
+        edge_index[edge_type_tuple(name)] = tensors["edge_index"] if keep is None else tensors["edge_index"][:, keep]
+        edge_ids[edge_type_tuple(name)] = tensors["edge_id"] if keep is None else tensors["edge_id"][keep]
+    node_pb = {t: b.to(torch.int64) for t, b in part.node_books.items()}
+    edge_pb = {edge_type_tuple(t): b.to(torch.int64) for t, b in part.edge_books.items()}
+    features = {t: v["features"] for t, v in part.nodes.items()}
+    id2idx = {t: _id2idx(v["node_id"], counts[t]) for t, v in part.nodes.items()}
+    # Labels are fetched like features (from their owner), which needs a 2-D (n, 1) tensor;
+    # batches then carry y of shape (batch nodes, 1).
+    labels = {t: v["label"].reshape(-1, 1) for t, v in part.nodes.items() if "label" in v}
+    splits = node_splits(part)
+
+    def plain(d: dict):  # the homogeneous form is the single value
+        return d if hetero else next(iter(d.values()))
+
+    dataset = glt.distributed.DistDataset(
+        num_partitions=meta.num_partitions,
+        partition_idx=part.index,
+        node_pb=plain(node_pb),
+        edge_pb=plain(edge_pb),
+        edge_dir="out" if meta.edge_assignment == "src" else "in",
+    )
+    dataset.init_graph(edge_index=plain(edge_index), edge_ids=plain(edge_ids), layout="COO", graph_mode="CPU", directed=True)
+    if any(f.shape[1] for f in features.values()):
+        dataset.init_node_features(node_feature_data=plain(features), id2idx=plain(id2idx), with_gpu=False)
+    if labels:
+        label_ids = {t: id2idx[t] for t in labels}
+        dataset.init_node_labels(node_label_data=plain(labels), id2idx=plain(label_ids))
+    dataset.init_node_split((plain(splits.train), plain(splits.val), plain(splits.test)))
+    return dataset

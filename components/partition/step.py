@@ -1,0 +1,115 @@
+"""Step ``partition``: TFRecords → one GLT graph partition per worker, published atomically.
+
+N workers each load a disjoint share of the shards (:mod:`.loading`), meet at a barrier,
+partition the graph together (:mod:`.partitioner`) and write partition ``rank``
+(:mod:`.store`). Rank 0 also writes the partition books and the metadata; the launching
+process publishes the manifest once every worker has finished.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+from components import storage
+from components.config import PartitionSpec
+from components.launcher import WorkerContext, cluster_from_environment, launch
+from components.partition.loading import load_graph
+from components.partition.partitioner import partition_graph
+from components.partition.store import METADATA_FILE, PartitionMetadata, write_books, write_partition
+from components.serialize.step import STEP as SERIALIZE_STEP
+from components.serialize.step import read_graph_metadata
+
+log = logging.getLogger("gnnflow.partition")
+
+STEP = "partition"
+
+
+@dataclass(frozen=True)
+class PartitionJob:
+    """Everything a worker needs, passed to each spawned process."""
+
+    input: str  # a published serialize output
+    output: str
+    generation: str
+    options: PartitionSpec
+
+
+def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage.FileEntry] | None:
+    """One worker; returns every written file's entry on rank 0, None elsewhere."""
+    ctx.init_process_group()
+    try:
+        # On a cluster every replica's launcher named its own generation: rank 0's wins.
+        generation = [job.generation]
+        dist.broadcast_object_list(generation, src=0)
+        staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
+        serialized = storage.open_published(job.input, step=SERIALIZE_STEP)
+        metadata = read_graph_metadata(serialized)
+        graph = load_graph(serialized, metadata, ctx.rank, ctx.world_size, parallel=job.options.load_in_parallel)
+        dist.barrier()
+        start = time.perf_counter()
+        part = partition_graph(graph, metadata, ctx.rank, ctx.world_size, by=job.options.edge_assignment, seed=job.options.seed)
+        del graph
+        entries = write_partition(part, staging)
+        node_counts = {t: len(v["node_id"]) for t, v in part.nodes.items()}
+        edge_counts = {t: len(v["edge_id"]) for t, v in part.edges.items()}
+        log.info("rank %d: partition %d holds %s nodes and %s edges (%.1fs)", ctx.rank, ctx.rank, node_counts, edge_counts,
+                 time.perf_counter() - start)
+        gathered: list = [None] * ctx.world_size
+        dist.all_gather_object(gathered, (entries, node_counts, edge_counts))
+        if ctx.rank != 0:
+            dist.barrier()
+            return None
+        write_books(part, staging)
+        for node in metadata.node_types.values():
+            for rel in node.id_map_files:
+                storage.copy_file(serialized.uri(rel), staging.uri(rel))
+                staging.add_entries({rel: serialized.manifest.files[rel]})
+        summary = PartitionMetadata(
+            num_partitions=ctx.world_size,
+            edge_assignment=job.options.edge_assignment,
+            node_counts={t: [g[1][t] for g in gathered] for t in metadata.node_types},
+            edge_counts={t: [g[2][t] for g in gathered] for t in metadata.edge_types},
+            graph=json.loads(metadata.to_json()),
+        )
+        staging.write_bytes(METADATA_FILE, summary.to_json().encode())
+        for worker_entries, _, _ in gathered:
+            staging.add_entries(worker_entries)
+        dist.barrier()
+        return dict(staging.entries)
+    finally:
+        dist.destroy_process_group()
+
+
+def partition(input_uri: storage.Uri | str, output: storage.Uri | str, options: PartitionSpec, world_size: int,
+              processes_per_replica: int = 1) -> storage.PublishedOutput | None:
+    """Runs the step; returns the published output (None on cluster replicas other than the first)."""
+    output = storage.parse_uri(output)
+    cluster = cluster_from_environment()
+    storage.open_published(input_uri, step=SERIALIZE_STEP)  # fail here, before any worker starts
+    staging = storage.OutputStaging(output, STEP)
+    job = PartitionJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, options)
+    leader = cluster is None or cluster.replica_rank == 0
+    log.info("partition: %s → %s with %d worker(s)", input_uri, output, world_size)
+    start = time.perf_counter()
+    try:
+        results = launch(partition_worker, (job,), world_size=world_size, processes_per_replica=processes_per_replica)
+    except BaseException:
+        if leader:
+            staging.abort()
+        raise
+    if not leader:
+        return None
+    staging.add_entries(results[0])
+    summary = PartitionMetadata.from_json(storage.read_text(staging.uri(METADATA_FILE)), METADATA_FILE)
+    counts = {"partitions": summary.num_partitions}
+    counts |= {f"nodes.{t}": sum(c) for t, c in summary.node_counts.items()}
+    counts |= {f"edges.{t}": sum(c) for t, c in summary.edge_counts.items()}
+    published = staging.publish(counts=counts, metadata={"source": str(input_uri), "edge_assignment": options.edge_assignment})
+    log.info("partition: published %s (%s) in %.1fs", output, ", ".join(f"{k}={v}" for k, v in counts.items()),
+             time.perf_counter() - start)
+    return published

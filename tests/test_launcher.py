@@ -1,0 +1,157 @@
+"""The multi-worker launcher, with real processes and gloo on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from components.errors import GnnflowError
+from components.launcher import ClusterSpec, WorkerFailed, cluster_from_environment, launch
+from tests.launcher_workers import all_reduce_rank, fail_or_wait
+
+LOCAL: dict[str, str] = {}  # an environment with no cluster variables: a local run
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _children() -> list[psutil.Process]:
+    """This process's descendants, less multiprocessing's resource tracker.
+
+    The tracker is started once per process by the first 'spawn' and lives as long as it
+    does (it unlinks semaphores and shared memory that dead workers leaked); it is not a
+    worker's leftover.
+    """
+    return [child for child in psutil.Process().children(recursive=True) if "resource_tracker" not in " ".join(child.cmdline())]
+
+
+def _sysv_segments() -> set[int]:
+    with open("/proc/sysvipc/shm") as table:
+        return {int(line.split()[1]) for line in list(table)[1:]}
+
+
+def test_two_workers_all_reduce_and_return_results_by_rank() -> None:
+    results = launch(all_reduce_rank, (), world_size=2, environ=LOCAL)
+
+    assert results == [{"rank": 0, "world_size": 2, "sum": 3}, {"rank": 1, "world_size": 2, "sum": 3}]
+
+
+@pytest.mark.parametrize(
+    ("failure", "expected"),
+    [("raise", ["rank 1", "ValueError", "boom"]), ("sigkill", ["rank 1", "killed by signal SIGKILL"])],
+)
+def test_a_failed_worker_stops_the_step_and_leaves_nothing_behind(
+    failure: str, expected: list[str], tmp_path: Path
+) -> None:
+    shm_before, segments_before = set(os.listdir("/dev/shm")), _sysv_segments()
+    started = time.monotonic()
+
+    with pytest.raises(WorkerFailed) as raised:
+        launch(fail_or_wait, (failure, str(tmp_path)), world_size=2, environ=LOCAL)
+
+    elapsed = time.monotonic() - started
+    assert elapsed < 60
+    for text in expected:
+        assert text in str(raised.value)
+    assert raised.value.rank == 1
+    if failure == "raise":
+        assert raised.value.traceback is not None and "fail_or_wait" in raised.value.traceback
+    # Nothing survives: not the rank blocked in the barrier, not the grandchildren.
+    assert _children() == []
+    facts = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    for fact in facts:
+        assert not psutil.pid_exists(fact["grandchild"]) or psutil.Process(fact["grandchild"]).status() == "zombie"
+    # Both ports can be listened on again (with SO_REUSEADDR, as TCPStore and RPC servers do:
+    # the closed connections of the killed store may sit in TIME_WAIT for a minute).
+    for port in (facts[0]["master_port"], facts[0]["rpc_port"]):
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+    assert set(os.listdir("/dev/shm")) - shm_before == set()
+    assert _sysv_segments() - segments_before == set()
+
+
+def test_cluster_spec_places_this_replica_in_the_concatenated_pools() -> None:
+    spec = {
+        "cluster": {
+            "workerpool0": ["chief-0:2222"],
+            "workerpool1": ["worker-0:2222", "worker-1:2222", "worker-2:2222"],
+        },
+        "environment": "cloud",
+        "task": {"type": "workerpool1", "index": 1, "trial": ""},
+    }
+
+    cluster = cluster_from_environment({"CLUSTER_SPEC": json.dumps(spec)})
+
+    assert cluster == ClusterSpec(num_replicas=4, replica_rank=2, master_addr="chief-0", master_port=2222, rpc_port=2223)
+
+
+def test_cluster_spec_chief_is_rank_zero_and_rpc_port_can_be_set() -> None:
+    spec = {"cluster": {"workerpool0": ["chief-0:2222"], "workerpool1": ["w-0:2222"]}, "task": {"type": "workerpool0", "index": 0}}
+
+    cluster = cluster_from_environment({"CLUSTER_SPEC": json.dumps(spec), "GNNFLOW_RPC_PORT": "3000"})
+
+    assert cluster == ClusterSpec(num_replicas=2, replica_rank=0, master_addr="chief-0", master_port=2222, rpc_port=3000)
+
+
+def test_pytorch_variables_describe_the_cluster() -> None:
+    environ = {"MASTER_ADDR": "10.0.0.2", "MASTER_PORT": "29500", "WORLD_SIZE": "3", "RANK": "2"}
+
+    assert cluster_from_environment(environ) == ClusterSpec(3, 2, "10.0.0.2", 29500, 29501)
+
+
+def test_no_cluster_variables_mean_a_local_run() -> None:
+    assert cluster_from_environment({"HOME": "/root"}) is None
+
+
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"CLUSTER_SPEC": "{not json"}, "CLUSTER_SPEC"),
+        ({"CLUSTER_SPEC": json.dumps({"cluster": {"workerpool0": ["a:1"]}, "task": {"type": "workerpool1", "index": 0}})}, "CLUSTER_SPEC"),
+        ({"CLUSTER_SPEC": json.dumps({"cluster": {"workerpool0": ["a"]}, "task": {"type": "workerpool0", "index": 0}})}, "CLUSTER_SPEC"),
+        ({"MASTER_ADDR": "a", "MASTER_PORT": "1"}, "WORLD_SIZE"),
+        ({"MASTER_ADDR": "a", "MASTER_PORT": "x", "WORLD_SIZE": "2", "RANK": "0"}, "MASTER_PORT"),
+        ({"MASTER_ADDR": "a", "MASTER_PORT": "1", "WORLD_SIZE": "2", "RANK": "2"}, "RANK"),
+    ],
+)
+def test_a_malformed_cluster_environment_is_a_clear_error(environ: dict[str, str], named: str) -> None:
+    with pytest.raises(GnnflowError, match=named):
+        cluster_from_environment(environ)
+
+
+def test_world_size_must_fit_the_cluster() -> None:
+    environ = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "WORLD_SIZE": "2", "RANK": "0"}
+
+    with pytest.raises(GnnflowError, match="world_size 3"):
+        launch(all_reduce_rank, (), world_size=3, environ=environ)
+
+
+def test_two_replicas_of_two_processes_form_one_job() -> None:
+    """Two launchers on this machine, each a replica the way Vertex AI's variables describe it."""
+    port = _free_port()
+    replicas = []
+    for replica in range(2):
+        environ = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": str(replica)}
+        environ["PYTHONPATH"] = os.pathsep.join([str(REPO), environ.get("PYTHONPATH", "")])
+        command = [sys.executable, "-m", "tests.launcher_workers", "4"]
+        replicas.append(subprocess.Popen(command, cwd=REPO, env=environ, stdout=subprocess.PIPE, text=True))
+
+    outputs = [json.loads(replica.communicate(timeout=120)[0]) for replica in replicas]
+
+    assert [replica.returncode for replica in replicas] == [0, 0]
+    assert outputs[0] == [{"rank": 0, "world_size": 4, "sum": 10}, {"rank": 1, "world_size": 4, "sum": 10}]
+    assert outputs[1] == [{"rank": 2, "world_size": 4, "sum": 10}, {"rank": 3, "world_size": 4, "sum": 10}]
