@@ -4,6 +4,8 @@ Importing TensorFlow costs seconds and hundreds of MB, and a per-row Python loop
 `tf.train.Example` is the slowest part of serialization, so this module builds the proto
 wire bytes with numpy and frames them itself. The files are ordinary TFRecords: TF's
 `TFRecordDataset` + `parse_example` read them, and the reader here reads TF's files.
+`decode_tfrecord_file` reads a whole file at once: runs of equal-length records (as written
+here) decode as strided numpy views of the file's bytes; anything else record by record.
 
 Wire layout written for every record (keys sorted by name, as protobuf's deterministic
 serialization does)::
@@ -30,7 +32,7 @@ import numpy as np
 
 from components.errors import GnnflowError
 
-__all__ = ["TFRecordWriter", "decode_examples", "encode_examples", "frame_record", "iter_records"]
+__all__ = ["TFRecordWriter", "decode_examples", "decode_tfrecord_file", "encode_examples", "frame_record", "iter_records"]
 
 _MASK_DELTA = 0xA282EAD8
 _U64 = np.uint64
@@ -211,41 +213,52 @@ class TFRecordWriter:
 # ----------------------------------------------------------------------------- reading
 
 
-def _read_exact(stream: BinaryIO, size: int) -> bytes:
-    data = stream.read(size)
-    # Raw and network streams may return short reads before EOF.
-    while 0 < len(data) < size and (more := stream.read(size - len(data))):
-        data += more
-    return data
+def _frame(raw: bytes, buf: np.ndarray, source: str, verify_crc: bool) -> list[tuple[int, int, int]]:
+    """A whole file's records as runs of equal length: [(byte offset, data length, records)]. A run
+    is a stretch of byte-identical 12-byte headers (length and its crc), found with numpy a block at
+    a time, so its length crc is computed once; data crcs are checked record by record."""
+    runs: list[tuple[int, int, int]] = []
+    pos, index, size = 0, 0, len(raw)
+    while pos < size:
+        if size - pos < 12:
+            raise GnnflowError(f"{source}: truncated TFRecord header at record {index} (byte offset {pos})")
+        (length,) = struct.unpack_from("<Q", raw, pos)
+        if verify_crc and struct.unpack_from("<I", raw, pos + 8)[0] != _masked_crc(raw[pos:pos + 8]):
+            raise GnnflowError(f"{source}: corrupt length crc at record {index} (byte offset {pos})")
+        stride, count, step = length + 16, 1, 64
+        most = (size - pos) // stride  # complete records left if all had this length
+        if not most:
+            raise GnnflowError(f"{source}: truncated TFRecord at record {index} (byte offset {pos}): "
+                               f"{length + 4} bytes of data and crc expected, {size - pos - 12} present")
+        while count < most and raw[pos + count * stride:pos + count * stride + 12] == raw[pos:pos + 12]:
+            end = min(most, count + step)
+            block = buf[pos + count * stride:pos + end * stride].reshape(end - count, stride)[:, :12]
+            differ = np.flatnonzero((block != buf[pos:pos + 12]).any(axis=1))
+            count, step = (count + int(differ[0])) if differ.size else end, step * 2
+        stop = pos + count * stride
+        if verify_crc:
+            data = map(raw.__getitem__, map(slice, range(pos + 12, stop, stride), range(pos + 12 + length, stop, stride)))
+            crc = np.fromiter(map(google_crc32c.value, data), np.uint32, count)
+            masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
+            if (bad := np.flatnonzero(masked != buf[pos:stop].reshape(count, stride)[:, -4:].view("<u4")[:, 0])).size:
+                raise GnnflowError(f"{source}: corrupt data crc at record {index + int(bad[0])} "
+                                   f"(byte offset {pos + int(bad[0]) * stride})")
+        runs.append((pos, length, count))
+        pos, index = stop, index + count
+    return runs
 
 
 def iter_records(stream: BinaryIO, *, source: str, verify_crc: bool = True) -> Iterator[bytes]:
-    """Yield the data of each TFRecord in `stream`; `source` names it in error messages.
+    """Yield the data of each TFRecord in `stream` (read whole, its framing checked before the
+    first record comes out); `source` names it in error messages.
 
     Raises:
         GnnflowError: on a truncated record or (with verify_crc) a crc mismatch, naming
             the source, record index and byte offset.
     """
-    index, offset = 0, 0
-    while True:
-        header = _read_exact(stream, 12)
-        if not header:
-            return
-        if len(header) < 12:
-            raise GnnflowError(f"{source}: truncated TFRecord header at record {index} (byte offset {offset})")
-        (length,) = struct.unpack_from("<Q", header)
-        if verify_crc and struct.unpack_from("<I", header, 8)[0] != _masked_crc(header[:8]):
-            raise GnnflowError(f"{source}: corrupt length crc at record {index} (byte offset {offset})")
-        body = _read_exact(stream, length + 4)
-        if len(body) < length + 4:
-            raise GnnflowError(f"{source}: truncated TFRecord at record {index} (byte offset {offset}): "
-                               f"{length + 4} bytes of data and crc expected, {len(body)} present")
-        data = body[:length]
-        if verify_crc and struct.unpack_from("<I", body, length)[0] != _masked_crc(data):
-            raise GnnflowError(f"{source}: corrupt data crc at record {index} (byte offset {offset})")
-        yield data
-        index += 1
-        offset += 16 + length
+    raw = bytes(stream.read() or b"")
+    for pos, length, count in _frame(raw, np.frombuffer(raw, np.uint8), source, verify_crc):
+        yield from (raw[p:p + length] for p in range(pos + 12, pos + count * (length + 16), length + 16))
 
 
 class _WireError(Exception):
@@ -291,8 +304,6 @@ def _fields(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, i
 
 
 Items = list[tuple[int, int, int]]  # (wire type, start, end | varint value) of a list's field 1
-
-
 Wanted = Mapping[bytes, tuple[str, int]]  # key -> ("i" int64 | "f" float, width)
 
 
@@ -399,6 +410,63 @@ def _template(buf: bytes, index: int, source: str, wanted: Wanted) -> list[tuple
 _FAST_MIN = 16  # below this many same-length records, matching a template costs more than parsing
 
 
+def _decode_block(mat: np.ndarray, index: np.ndarray, wanted: Wanted, source: str, out: dict[bytes, np.ndarray]
+                  ) -> np.ndarray:
+    """Decode the rows of `mat` ((m, length) uint8, one record per row, maybe a strided view of a
+    file) into rows index[i] (increasing) of `out`; returns the positions of the rows left over.
+    Records of one length written by the same code mostly share a byte layout: parse one, check
+    the others differ only in payload bytes, and slice all their values at once (up to 4 layouts)."""
+    rest = np.arange(len(mat))
+    for _ in range(4):
+        layout = _template(mat[rest[0]].tobytes(), int(index[rest[0]]), source, wanted) if len(rest) >= _FAST_MIN else None
+        if layout is None:
+            break
+        sub = mat if len(rest) == len(mat) else mat[rest]
+        tpl, fixed, ok = sub[0], np.pad(np.ones(mat.shape[1], np.int8), 1), np.ones(len(sub), bool)
+        for _, s, e, _ in layout:
+            fixed[s + 1:e + 1] = 0
+        for a, b in np.flatnonzero(np.diff(fixed)).reshape(-1, 2):  # each run [a, b) of fixed bytes
+            ok &= (sub[:, a:b] == tpl[a:b]).all(axis=1)
+        for key, s, e, lens in layout:
+            if lens:  # same varint boundaries: same continuation bits
+                ok &= ((sub[:, s:e] ^ tpl[s:e]) & 0x80 == 0).all(axis=1)
+        hit, src = (rest, sub) if ok.all() else (rest[ok], sub[ok])
+        rows = index[hit]
+        rows = slice(int(rows[0]), int(rows[-1]) + 1) if rows[-1] - rows[0] == len(rows) - 1 else rows
+        for key, s, e, lens in layout:
+            if wanted[key][0] == "f":
+                out[key][rows] = src[:, s:e].view("<f4")  # the last axis is contiguous: a view, one copy
+            for j, ln in enumerate(lens):
+                value = (src[:, s] & 0x7F).astype(np.uint64)
+                for b in range(1, ln):
+                    value |= (src[:, s + b] & 0x7F).astype(np.uint64) << _U64(7 * b)
+                out[key][rows, j], s = value.view(np.int64), s + ln
+        rest = rest[~ok]
+    return rest
+
+
+def _decode_into(records: Sequence[bytes], index: np.ndarray, wanted: Wanted, source: str,
+                 out: dict[bytes, np.ndarray]) -> None:
+    """Decode records[i] into row index[i] (increasing) of `out`, by blocks of one length where possible."""
+    lengths = np.fromiter(map(len, records), np.int64, len(records))
+    order = np.argsort(lengths, kind="stable")
+    for rows in np.split(order, np.flatnonzero(np.diff(lengths[order])) + 1):
+        if len(rows) >= _FAST_MIN:
+            mat = np.frombuffer(b"".join([records[i] for i in rows]), np.uint8).reshape(len(rows), lengths[rows[0]])
+            rows = rows[_decode_block(mat, index[rows], wanted, source, out)]
+        for i in rows:
+            _decode_one(records[i], int(index[i]), source, wanted, out)
+
+
+def _outputs(int64_keys: Mapping[str, int], float_keys: Mapping[str, int], n: int) -> tuple[Wanted, dict]:
+    wanted = {k.encode(): ("i", w) for k, w in int64_keys.items()} | {k.encode(): ("f", w) for k, w in float_keys.items()}
+    return wanted, {k: np.zeros((n, w), np.int64 if t == "i" else np.float32) for k, (t, w) in wanted.items()}
+
+
+def _result(out: dict[bytes, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k.decode(): (v[:, 0] if v.shape[1] == 1 else v) for k, v in out.items()}
+
+
 def decode_examples(records: Sequence[bytes], int64_keys: Mapping[str, int], float_keys: Mapping[str, int],
                     *, source: str = "records") -> dict[str, np.ndarray]:
     """Parse serialized `tf.train.Example`s into arrays.
@@ -416,45 +484,35 @@ def decode_examples(records: Sequence[bytes], int64_keys: Mapping[str, int], flo
         GnnflowError: naming the record and key on a missing key, wrong width, wrong kind
             or malformed proto.
     """
-    wanted = {k.encode(): ("i", w) for k, w in int64_keys.items()}
-    wanted.update({k.encode(): ("f", w) for k, w in float_keys.items()})
-    n = len(records)
-    out = {k: np.zeros((n, w), np.int64 if t == "i" else np.float32) for k, (t, w) in wanted.items()}
-    lengths = np.fromiter(map(len, records), np.int64, n)
-    order = np.argsort(lengths, kind="stable")
-    splits = np.flatnonzero(np.diff(lengths[order])) + 1
-    # Records of one length written by the same code mostly share a byte layout: parse one,
-    # check the others differ only in payload bytes, and slice all their values at once.
-    for rows in np.split(order, splits):
-        rest = rows
-        for _ in range(4):
-            if len(rest) < _FAST_MIN:
-                break
-            layout = _template(records[rest[0]], int(rest[0]), source, wanted)
-            if layout is None:
-                break
-            mat = np.frombuffer(b"".join([records[i] for i in rest]), np.uint8).reshape(len(rest), -1)
-            fixed = np.ones(mat.shape[1], bool)
-            for _, s, e, _ in layout:
-                fixed[s:e] = False
-            tpl = mat[0]
-            ok = (mat[:, fixed] == tpl[fixed]).all(axis=1)
-            for key, s, e, lens in layout:
-                if lens:
-                    ok &= ((mat[:, s:e] ^ tpl[s:e]) & 0x80 == 0).all(axis=1)
-            hit, sub = (rest, mat) if ok.all() else (rest[ok], mat[ok])
-            for key, s, e, lens in layout:
-                if wanted[key][0] == "f":
-                    out[key][hit] = np.ascontiguousarray(sub[:, s:e]).view("<f4")
-                    continue
-                pos = s
-                for j, ln in enumerate(lens):
-                    value = np.zeros(len(hit), np.uint64)
-                    for b in range(ln):
-                        value |= (sub[:, pos + b] & 0x7F).astype(np.uint64) << _U64(7 * b)
-                    out[key][hit, j] = value.view(np.int64)
-                    pos += ln
-            rest = rest[~ok]
-        for i in rest:
-            _decode_one(records[i], int(i), source, wanted, out)
-    return {k.decode(): (v[:, 0] if v.shape[1] == 1 else v) for k, v in out.items()}
+    wanted, out = _outputs(int64_keys, float_keys, len(records))
+    _decode_into(records, np.arange(len(records)), wanted, source, out)
+    return _result(out)
+
+
+def decode_tfrecord_file(data: bytes | bytearray | memoryview, int64_keys: Mapping[str, int],
+                         float_keys: Mapping[str, int], *, source: str, verify_crc: bool = True) -> dict[str, np.ndarray]:
+    """Parse a whole TFRecord file's bytes into arrays in file order, as
+    `decode_examples(list(iter_records(...)), ...)` would, but without a bytes object per record:
+    runs of equal-length records (what `encode_examples` writes) decode straight from strided
+    views of `data` (copied once unless it is `bytes`); anything else takes the general path.
+
+    Raises:
+        GnnflowError: as `iter_records` (truncation, crc mismatch: source, record index and byte
+            offset) and `decode_examples` do.
+    """
+    raw = data if isinstance(data, bytes) else bytes(data)
+    buf = np.frombuffer(raw, np.uint8)
+    runs = _frame(raw, buf, source, verify_crc)
+    wanted, out = _outputs(int64_keys, float_keys, sum(count for _, _, count in runs))
+    left, first = [], 0  # left: records for the general path, as (data offsets, data length, record numbers)
+    for pos, length, count in runs:
+        index = np.arange(first, first + count)
+        rest = (_decode_block(buf[pos:pos + count * (length + 16)].reshape(count, length + 16)[:, 12:12 + length],
+                              index, wanted, source, out) if count >= _FAST_MIN else index - first)
+        if len(rest):
+            left.append((pos + 12 + rest * (length + 16), length, index[rest]))
+        first += count
+    if left:
+        records = [raw[p:p + length] for starts, length, _ in left for p in starts.tolist()]
+        _decode_into(records, np.concatenate([index for _, _, index in left]), wanted, source, out)
+    return _result(out)

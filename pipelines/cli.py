@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from components import storage
 from components.entrypoint import run_cli
 
-STEPS = ("preprocess", "serialize")
+STEPS = ("preprocess", "serialize", "partition")
 
 
 def _init_config(args: argparse.Namespace) -> None:

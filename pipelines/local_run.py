@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from components import storage
 from components.config import GnnflowConfig, load_config
 from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.partition.step import partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.starter_config import propose_config, render
@@ -26,6 +27,7 @@ class RunOutputs:
     root: storage.Uri
     preprocessed: storage.Uri
     tfrecords: storage.Uri
+    partitions: storage.Uri
 
 
 def new_run_root(base: str = "runs") -> storage.Uri:
@@ -42,16 +44,23 @@ def demo_config(root: storage.Uri, num_nodes: int = DEMO_NODES) -> GnnflowConfig
         str(nodes_path), str(edges_path), id_column="node_id", src_column="src", dst_column="dst",
         label_column="label", node_type="paper", relation="cites", output_root=str(root),
     )
+    # Two workers, so the demo exercises distributed partitioning like a real run.
+    config = config.model_copy(update={"resources": config.resources.model_copy(update={"world_size": 2})})
     storage.write_text(root.join("config.yaml"), render(config, "the bundled demo graph"))
     log.info("demo graph: %d nodes → %s; config → %s", num_nodes, data, root.join("config.yaml"))
     return config
 
 
 def run_pipeline(config: GnnflowConfig, root: storage.Uri) -> RunOutputs:
-    """preprocess → serialize (later steps join as they land), each publishing under ``root``."""
-    outputs = RunOutputs(root=root, preprocessed=root.join("preprocessed"), tfrecords=root.join("tfrecords"))
+    """preprocess → serialize → partition (train and infer join as they land), each publishing
+    under ``root``."""
+    outputs = RunOutputs(
+        root=root, preprocessed=root.join("preprocessed"), tfrecords=root.join("tfrecords"), partitions=root.join("partitions")
+    )
     preprocess(config, outputs.preprocessed)
     serialize(config, outputs.preprocessed, outputs.tfrecords)
+    partition(outputs.tfrecords, outputs.partitions, config.partition, config.resources.world_size,
+              config.resources.processes_per_replica)
     return outputs
 
 
@@ -65,6 +74,6 @@ def run(config_uri: str | None, output: str | None) -> RunOutputs:
         root = storage.parse_uri(output) if output else new_run_root(config.output.root)
     log.info("run root: %s", root)
     outputs = run_pipeline(config, root)
-    for name in ("preprocessed", "tfrecords"):
+    for name in ("preprocessed", "tfrecords", "partitions"):
         log.info("%-12s → %s", name, getattr(outputs, name))
     return outputs

@@ -1,8 +1,7 @@
 """Worker functions for tests/test_launcher.py: spawned processes must import them by name.
 
-Run as `python -m tests.launcher_workers` it is one replica of a simulated cluster job: it
-launches `all_reduce_rank` with the cluster environment it was given and prints the
-results as JSON.
+Run as `python -m tests.launcher_workers` it is a launcher in a process of its own: one
+replica of a simulated cluster job, or a launcher for a test to signal (see `main`).
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ def all_reduce_rank(context: WorkerContext) -> dict[str, int]:
 
 
 def fail_or_wait(context: WorkerContext, failure: str, record: str) -> None:
-    """Rank 1 fails as `failure` says; the others block in a barrier that never completes.
+    """Rank 1 fails as `failure` says ("raise", "exit", "sigkill", or "none": it waits too);
+    the others block in a barrier that never completes.
 
     Before that, rank 0 holds the RPC port open (as GLT's RPC master would) and every rank
     starts a grandchild and a SysV shared-memory segment (as GLT's samplers would), and
@@ -50,7 +50,7 @@ def fail_or_wait(context: WorkerContext, failure: str, record: str) -> None:
     libc.shmat.restype = ctypes.c_void_p
     libc.shmat(shmid, None, 0)  # attached until the process dies, as GLT's queue is
     facts = {"rank": context.rank, "master_port": context.master_port, "rpc_port": context.rpc_port}
-    facts |= {"grandchild": grandchild.pid, "shmid": shmid}
+    facts |= {"pid": os.getpid(), "grandchild": grandchild.pid, "shmid": shmid}
     Path(record, f"rank{context.rank}.json").write_text(json.dumps(facts))
     if context.rank == 1:
         while len(list(Path(record).glob("rank*.json"))) < context.world_size:
@@ -58,17 +58,38 @@ def fail_or_wait(context: WorkerContext, failure: str, record: str) -> None:
         time.sleep(0.5)
         if failure == "raise":
             raise ValueError("boom at rank 1")
-        os.kill(os.getpid(), signal.SIGKILL)
+        if failure == "exit":
+            os._exit(3)
+        if failure == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()
     del listener
 
 
-def replica_main() -> None:
-    """One replica of a simulated cluster job (cluster environment from this process's own)."""
-    world_size = int(sys.argv[1])
-    results = launch(all_reduce_rank, (), world_size=world_size)
-    print(json.dumps(results))
+def glt_rpc_round(context: WorkerContext, fail: bool) -> list[int]:
+    """Joins GLT's RPC (on `rpc_port`) beside gloo; ranks all-gather over RPC, rank 1 may then
+    raise while rank 0 waits in GLT's RPC barrier."""
+    import graphlearn_torch as glt
+
+    glt.distributed.init_worker_group(world_size=context.world_size, rank=context.rank, group_name="launcher-test")
+    glt.distributed.init_rpc(master_addr=context.master_addr, master_port=context.rpc_port, num_rpc_threads=2, rpc_timeout=60)
+    context.init_process_group(timeout_s=60)
+    ranks = sorted(glt.distributed.all_gather(context.rank).values())
+    if fail and context.rank == 1:
+        raise RuntimeError(f"RPC worker failed at rank 1, having gathered ranks {ranks}")
+    glt.distributed.barrier()
+    glt.distributed.shutdown_rpc()
+    return ranks
+
+
+def main() -> None:
+    """`all_reduce WORLD_SIZE`: one replica of a cluster job described by this process's
+    environment; `hang RECORD_DIR`: two local workers that wait until this process is signalled."""
+    if sys.argv[1] == "all_reduce":
+        print(json.dumps(launch(all_reduce_rank, (), world_size=int(sys.argv[2]))))
+    else:
+        launch(fail_or_wait, ("none", sys.argv[2]), world_size=2, environ={})
 
 
 if __name__ == "__main__":
-    replica_main()
+    main()

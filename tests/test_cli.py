@@ -19,6 +19,8 @@ def test_run_without_config_runs_the_demo(tmp_path):
     paper = meta.node_types["paper"]
     assert paper.count == 10_000 and paper.num_classes == 5 and paper.feature_dim == 64 + 1 + 9
     assert sum(paper.split_sizes.values()) == 9_900  # the 1% unlabeled demo nodes get no split
+    parts = storage.open_published(tmp_path / "run" / "partitions", step="partition")
+    assert parts.manifest.counts == {"partitions": 2, "nodes.paper": 10_000, "edges.paper__cites__paper": 80_000}
 
 
 def test_step_subcommand_runs_each_step_alone(tmp_path):
@@ -27,6 +29,8 @@ def test_step_subcommand_runs_each_step_alone(tmp_path):
     assert gnnflow(["step", "preprocess", "--config", config, "--output", str(tmp_path / "p")]) == 0
     assert gnnflow(["step", "serialize", "--input", str(tmp_path / "p"), "--output", str(tmp_path / "t")]) == 0
     assert storage.open_published(tmp_path / "t").manifest.counts["nodes.paper"] == 10_000
+    assert gnnflow(["step", "partition", "--input", str(tmp_path / "t"), "--output", str(tmp_path / "q"), "--world-size", "3"]) == 0
+    assert storage.open_published(tmp_path / "q").manifest.counts["partitions"] == 3
 
 
 def test_module_entry_points_exit_non_zero_with_a_message(tmp_path):

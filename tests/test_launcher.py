@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import pytest
 
 from components.errors import GnnflowError
 from components.launcher import ClusterSpec, WorkerFailed, cluster_from_environment, launch
-from tests.launcher_workers import all_reduce_rank, fail_or_wait
+from tests.launcher_workers import all_reduce_rank, fail_or_wait, glt_rpc_round
 
 LOCAL: dict[str, str] = {}  # an environment with no cluster variables: a local run
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +39,23 @@ def _children() -> list[psutil.Process]:
     return [child for child in psutil.Process().children(recursive=True) if "resource_tracker" not in " ".join(child.cmdline())]
 
 
+def _orphaned_shm_files(before: set[str]) -> set[str]:
+    """Files new in /dev/shm that no live process has mapped: leaked, not in use.
+
+    Other programs on this machine (other test runs) may have /dev/shm files of their own
+    while this test runs (multiprocessing's semaphores under 'spawn' live there); theirs are
+    mapped by their live processes, a dead worker's leftover by nobody.
+    """
+    new = set(os.listdir("/dev/shm")) - before
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        with contextlib.suppress(OSError):
+            mapped |= {name for name in new if f"/dev/shm/{name}" in maps.read_text()}
+    return new - mapped
+
+
 def _sysv_segments() -> set[int]:
+    """Ids of the SysV shared-memory segments that exist now."""
     with open("/proc/sysvipc/shm") as table:
         return {int(line.split()[1]) for line in list(table)[1:]}
 
@@ -50,12 +68,16 @@ def test_two_workers_all_reduce_and_return_results_by_rank() -> None:
 
 @pytest.mark.parametrize(
     ("failure", "expected"),
-    [("raise", ["rank 1", "ValueError", "boom"]), ("sigkill", ["rank 1", "killed by signal SIGKILL"])],
+    [
+        ("raise", ["rank 1", "ValueError", "boom"]),
+        ("sigkill", ["rank 1", "killed by signal SIGKILL"]),
+        ("exit", ["rank 1", "exited with code 3"]),
+    ],
 )
 def test_a_failed_worker_stops_the_step_and_leaves_nothing_behind(
     failure: str, expected: list[str], tmp_path: Path
 ) -> None:
-    shm_before, segments_before = set(os.listdir("/dev/shm")), _sysv_segments()
+    shm_before = set(os.listdir("/dev/shm"))
     started = time.monotonic()
 
     with pytest.raises(WorkerFailed) as raised:
@@ -80,8 +102,45 @@ def test_a_failed_worker_stops_the_step_and_leaves_nothing_behind(
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("127.0.0.1", port))
             sock.listen()
-    assert set(os.listdir("/dev/shm")) - shm_before == set()
-    assert _sysv_segments() - segments_before == set()
+    assert _orphaned_shm_files(shm_before) == set()
+    # The workers' SysV segments (GLT's queues are such) are freed, though their owners were killed.
+    assert {fact["shmid"] for fact in facts} & _sysv_segments() == set()
+
+
+def test_glt_rpc_runs_beside_gloo_and_a_failure_while_it_is_up_stops_the_step() -> None:
+    """GLT's RPC on the second port works (the all-gather), and its agents die with the step.
+
+    (The success path, with `shutdown_rpc`, costs another ~10 s of GLT imports; the same
+    worker with `fail=False` returns [[0, 1], [0, 1]].)
+    """
+    pytest.importorskip("graphlearn_torch")
+
+    with pytest.raises(WorkerFailed, match=r"rank 1 failed: RuntimeError: .* gathered ranks \[0, 1\]"):
+        launch(glt_rpc_round, (True,), world_size=2, environ=LOCAL)
+    assert _children() == []
+
+
+def _python_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signalled_launcher_kills_its_workers_and_dies_of_the_signal(sig: signal.Signals, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "tests.launcher_workers", "hang", str(tmp_path)]
+    launcher = subprocess.Popen(command, cwd=REPO, env=_python_env(), stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("rank*.json"))) < 2 and time.monotonic() < deadline and launcher.poll() is None:
+        time.sleep(0.1)
+    facts = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+    launcher.send_signal(sig)
+    stderr = launcher.communicate(timeout=30)[1]
+
+    # SIGTERM: SystemExit(143) after cleanup; SIGINT: KeyboardInterrupt, which Python exits with as the signal.
+    assert launcher.returncode == (128 + sig if sig == signal.SIGTERM else -sig), stderr
+    pids = [fact[key] for fact in facts for key in ("pid", "grandchild")]
+    time.sleep(0.2)  # killed grandchildren are reparented to init, which reaps them soon after
+    assert [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"] == []
 
 
 def test_cluster_spec_places_this_replica_in_the_concatenated_pools() -> None:
@@ -145,9 +204,8 @@ def test_two_replicas_of_two_processes_form_one_job() -> None:
     port = _free_port()
     replicas = []
     for replica in range(2):
-        environ = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": str(replica)}
-        environ["PYTHONPATH"] = os.pathsep.join([str(REPO), environ.get("PYTHONPATH", "")])
-        command = [sys.executable, "-m", "tests.launcher_workers", "4"]
+        environ = {**_python_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": str(replica)}
+        command = [sys.executable, "-m", "tests.launcher_workers", "all_reduce", "4"]
         replicas.append(subprocess.Popen(command, cwd=REPO, env=environ, stdout=subprocess.PIPE, text=True))
 
     outputs = [json.loads(replica.communicate(timeout=120)[0]) for replica in replicas]

@@ -11,7 +11,9 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from components.errors import GnnflowError
-from components.tfrecord import TFRecordWriter, decode_examples, encode_examples, frame_record, iter_records
+from components import tfrecord
+from components.tfrecord import (TFRecordWriter, decode_examples, decode_tfrecord_file, encode_examples, frame_record,
+                                  iter_records)
 
 tf = pytest.importorskip("tensorflow")
 
@@ -152,20 +154,32 @@ def test_bad_input_to_encoder() -> None:
         encode_examples({"x": np.arange(3)}, {"x": np.ones((3, 1))})
 
 
-@pytest.mark.parametrize("damage", ["data", "length", "truncate_data", "truncate_header"])
-def test_corrupt_or_truncated_file_names_the_source(damage: str) -> None:
+def _read_stream(data: bytes, source: str, verify_crc: bool = True) -> int:
+    return len(list(iter_records(io.BytesIO(data), source=source, verify_crc=verify_crc)))
+
+
+def _read_file(data: bytes, source: str, verify_crc: bool = True) -> int:
+    return len(decode_tfrecord_file(data, {"id": 1}, {"f": 4}, source=source, verify_crc=verify_crc)["id"])
+
+
+@pytest.mark.parametrize("read", [_read_stream, _read_file])
+@pytest.mark.parametrize("damage", ["data", "length", "length_crc", "truncate_data", "truncate_header"])
+@pytest.mark.parametrize("at", [0, 5, 77, 99])  # where a run of equal headers is cut, and inside its blocks
+def test_corrupt_or_truncated_file_names_the_source(damage: str, at: int, read) -> None:
     data = bytearray(encode_examples({"id": np.arange(100)}, {"f": np.ones((100, 4))}))
     size = len(data) // 100
-    if damage == "data":
-        data[5 * size + 20] ^= 1
+    if damage == "data":  # a float's low mantissa bit: still a valid Example
+        data[data.index(np.float32(1).tobytes(), at * size)] ^= 1
     elif damage == "length":
-        data[5 * size + 9] ^= 1
+        data[at * size + 1] ^= 1
+    elif damage == "length_crc":
+        data[at * size + 9] ^= 1
     else:
-        data = data[: 5 * size + (30 if damage == "truncate_data" else 6)]
-    with pytest.raises(GnnflowError, match=r"gs://b/shard-7\.tfrecord: .*record 5 \(byte offset %d\)" % (5 * size)):
-        list(iter_records(io.BytesIO(bytes(data)), source="gs://b/shard-7.tfrecord"))
+        data = data[: at * size + (30 if damage == "truncate_data" else 6)]
+    with pytest.raises(GnnflowError, match=r"gs://b/shard-7\.tfrecord: .*record %d \(byte offset %d\)" % (at, at * size)):
+        read(bytes(data), "gs://b/shard-7.tfrecord")
     if damage == "data":  # without verification, the damaged record comes through
-        assert len(list(iter_records(io.BytesIO(bytes(data)), source="x", verify_crc=False))) == 100
+        assert read(bytes(data), "x", verify_crc=False) == 100
 
 
 @pytest.mark.parametrize("n", [3, 40])  # general path and fast path
@@ -210,3 +224,109 @@ def test_damaged_records_decode_as_protobuf_says_or_raise_gnnflow_error() -> Non
             assert ours["id"].tolist() == want[0] and ours["p"][0].tolist() == want[1]
             np.testing.assert_array_equal(ours["f"][0], np.float32(want[2]))
     assert agreed > 100
+
+
+# ----------------------------------------------------------------------------- decode_tfrecord_file
+
+
+def _file_of_runs(runs: list[tuple[int, int]], dim: int = 3) -> tuple[bytes, dict[str, np.ndarray]]:
+    """A file of consecutive runs: (records, varint bytes of their ids), ids unique; and the values in file order."""
+    rng = np.random.default_rng(len(runs))
+    chunks, ints, feats, next_id = [], [], [], {}
+    for count, nbytes in runs:
+        lo = 0 if nbytes == 1 else 1 << (7 * (nbytes - 1))
+        start = next_id.setdefault(nbytes, lo)
+        ids = np.arange(start, start + count, dtype=np.int64)
+        next_id[nbytes] = start + count
+        f = rng.standard_normal((count, dim)).astype(np.float32)
+        chunks.append(encode_examples({"id": ids}, {"f": f}))
+        ints.append(ids)
+        feats.append(f)
+    return b"".join(chunks), {"id": np.concatenate(ints), "f": np.concatenate(feats).reshape(-1, dim)}
+
+
+@pytest.mark.parametrize("runs", [
+    [(1000, 2)],
+    [(1, 1), (2, 2), (63, 1), (64, 2), (65, 1), (66, 2), (200, 3), (1000, 2), (15, 1), (16, 2), (17, 1)],
+    [(1, 1), (1, 2)] * 40 + [(129, 3), (1, 1), (3000, 2), (1, 3)],
+])
+def test_file_decoder_agrees_with_record_decoder_in_file_order(runs: list[tuple[int, int]]) -> None:
+    data, want = _file_of_runs(runs)
+    got = decode_tfrecord_file(data, {"id": 1}, {"f": 3}, source="mem")
+    for k, v in want.items():
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+    records = list(iter_records(io.BytesIO(data), source="mem"))
+    for k, v in decode_examples(records, {"id": 1}, {"f": 3}).items():
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+    for buffer in (bytearray(data), memoryview(data)):
+        np.testing.assert_array_equal(decode_tfrecord_file(buffer, {"id": 1}, {"f": 3}, source="mem")["id"], want["id"])
+
+
+def test_file_decoder_on_grouped_records_from_the_encoder(tmp_path: Path) -> None:
+    """Several encode_examples calls, each grouped by varint lengths (negative labels: 10-byte varints)."""
+    ints, floats = _data(5000, 16, seed=4)
+    data = b"".join(encode_examples({k: v[lo:lo + 700] for k, v in ints.items()}, {k: v[lo:lo + 700] for k, v in floats.items()})
+                    for lo in range(0, 5000, 700))
+    got = decode_tfrecord_file(data, {"id": 1, "label": 1, "split": 1, "pair": 2}, {"feat": 16, "none": 0}, source="mem")
+    _assert_same_rows(got, ints, floats)
+    path = tmp_path / "ours.tfrecord"
+    path.write_bytes(data)
+    tf_rows = _tf_parse(path, ints, floats)
+    for k in tf_rows:  # TF reads the file in the same order
+        np.testing.assert_array_equal(got[k], tf_rows[k], err_msg=k)
+
+
+@pytest.mark.parametrize("extra_key", [False, True])
+def test_file_decoder_reads_tensorflows_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra_key: bool) -> None:
+    """TF's writer, protobuf's map order. Ids of one varint length make equal-length runs, so
+    TF's layout takes the block path; a varying bytes key sends records to the general path."""
+    ints, floats = _data(3000, 7, seed=5)
+    ints["id"] = np.arange(3000) + 2**20  # all 3-byte varints
+    ints["label"] = np.abs(ints["label"])
+    ints["pair"] = np.stack([ints["id"], ints["id"] * 2], axis=1)
+    path = tmp_path / "tf.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(3000):
+            example = _tf_example(ints, floats, i)
+            if extra_key:
+                example.features.feature["name"].bytes_list.value.append(b"node-%d" % (i * 37 % 1000))
+            writer.write(example.SerializeToString())
+    general, decode_one = [], tfrecord._decode_one
+
+    def counting(buf: bytes, index: int, *args: object) -> None:
+        general.append(index)
+        decode_one(buf, index, *args)
+
+    monkeypatch.setattr(tfrecord, "_decode_one", counting)
+    got = decode_tfrecord_file(path.read_bytes(), {"id": 1, "label": 1, "split": 1, "pair": 2}, {"feat": 7, "none": 0},
+                               source=str(path))
+    for k, v in {**ints, **floats}.items():
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+    assert (len(general) > 0) == extra_key
+
+
+def test_file_decoder_on_unusual_encodings_and_empty_files() -> None:
+    records = []
+    for i in range(40):  # unpacked ids and a repeated key (last wins): only the general path reads these
+        ids = _ld(3, _varint(1 << 3 | 0) + _varint(i) + _varint(1 << 3 | 0) + _varint(-i))
+        label = _entry("label", _ld(3, _ld(1, _varint(7)))) + _entry("label", _ld(3, _ld(1, _varint(i % 3))))
+        records.append(_ld(1, _entry("id", ids) + label))
+    data = b"".join(map(frame_record, records))
+    got = decode_tfrecord_file(data, {"id": 2, "label": 1}, {}, source="mem")
+    assert got["id"].tolist() == [[i, -i] for i in range(40)] and got["label"].tolist() == [i % 3 for i in range(40)]
+    empty = decode_tfrecord_file(b"", {"id": 1, "pair": 2}, {"f": 3}, source="mem")
+    assert empty["id"].shape == (0,) and empty["pair"].shape == (0, 2) and empty["f"].shape == (0, 3)
+    assert empty["f"].dtype == np.float32 and empty["id"].dtype == np.int64
+
+
+@pytest.mark.parametrize("first", [3, 40])  # the bad records follow a short run (general path) or a long one
+def test_file_decoder_names_the_file_record_of_a_bad_record(first: int) -> None:
+    good = encode_examples({"id": np.arange(first)}, {"f": np.ones((first, 4))})
+    bad = encode_examples({"id": np.arange(50)}, {"f": np.ones((50, 5))})
+    with pytest.raises(GnnflowError, match=r"shard-3: record %d: feature 'f' has 5 values, expected 4" % first):
+        decode_tfrecord_file(good + bad, {"id": 1}, {"f": 4}, source="shard-3")
+    with pytest.raises(GnnflowError, match=r"shard-3: record \d+: missing feature 'label'"):
+        decode_tfrecord_file(good + bad, {"id": 1, "label": 1}, {}, source="shard-3")
+    with pytest.raises(GnnflowError, match=r"record %d is not a valid tf.train.Example" % first):
+        decode_tfrecord_file(good + frame_record(b"\x0a\x05\x0a") + good, {"id": 1}, {"f": 4}, source="shard-3")

@@ -1,0 +1,233 @@
+"""Step partition: CiteSeer on 2 workers (local and gs://), GLT sampling over the stored
+partitions, partitioned loading, and the failures a user can cause."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import torch
+
+from components import storage
+from components.config import PartitionSpec, SerializeSpec, load_config
+from components.errors import GnnflowError
+from components.launcher import launch
+from components.partition.loading import assign_shards, load_graph
+from components.partition.step import partition
+from components.partition.store import read_partition
+from components.preprocess.step import preprocess
+from components.serialize.step import read_graph_metadata, serialize
+from tests.partition_workers import sample_and_check
+from tests.test_citeseer import CITESEER
+
+NODE, EDGE = "paper", "paper__cites__paper"
+
+
+@pytest.fixture(scope="module")
+def citeseer_tfrecords(tmp_path_factory) -> storage.PublishedOutput:
+    """CiteSeer preprocessed and serialized into 4 shards per type."""
+    if not (CITESEER / "nodes.csv.gz").exists():
+        pytest.skip(f"CiteSeer tables not found at {CITESEER}")
+    root = tmp_path_factory.mktemp("citeseer")
+    raw = {
+        "graph": {
+            "nodes": [{"type": "paper", "uri": str(CITESEER / "nodes.csv.gz"), "label_column": "label", "split_column": "split",
+                       "features": [{"columns": ["f*"]}]}],
+            "edges": [{"type": "cites", "uri": str(CITESEER / "edges.csv.gz"), "src_type": "paper", "dst_type": "paper"}],
+        },
+        "serialize": {"num_shards": 4},
+    }
+    (root / "config.yaml").write_text(json.dumps(raw))
+    config = load_config(root / "config.yaml")
+    preprocess(config, root / "pre")
+    return serialize(config, root / "pre", root / "tfr")
+
+
+def whole_graph(serialized: storage.PublishedOutput) -> dict[str, torch.Tensor]:
+    """Every node's features, label and split and every edge, indexed by global id."""
+    graph = load_graph(serialized, read_graph_metadata(serialized), 0, 1)
+    nodes, edges = graph.nodes[NODE], graph.edges[EDGE]
+    order = torch.argsort(nodes["node_id"])
+    eorder = torch.argsort(edges["edge_id"])
+    return {
+        "features": nodes["features"][order], "label": nodes["label"][order], "split": nodes["split"][order],
+        "src": edges["src"][eorder], "dst": edges["dst"][eorder],
+    }
+
+
+def check_partitions(published: storage.PublishedOutput, whole: dict[str, torch.Tensor], world_size: int) -> None:
+    parts = [read_partition(published, i) for i in range(world_size)]
+    ids = torch.cat([p.nodes[NODE]["node_id"] for p in parts])
+    assert sorted(ids.tolist()) == list(range(3327)), "every node in exactly one partition"
+    counts = [len(p.nodes[NODE]["node_id"]) for p in parts]
+    assert max(counts) <= 1.1 * min(counts), f"unbalanced partitions {counts}"
+    for p in parts:
+        n = p.nodes[NODE]
+        assert torch.equal(n["features"], whole["features"][n["node_id"]])
+        assert torch.equal(n["label"], whole["label"][n["node_id"]])
+        assert torch.equal(n["split"], whole["split"][n["node_id"]])
+        assert (p.node_books[NODE][n["node_id"]] == p.index).all()
+    eids = torch.cat([p.edges[EDGE]["edge_id"] for p in parts])
+    assert sorted(eids.tolist()) == list(range(2 * 4552)), "every edge, in both directions, exactly once"
+    for p in parts:
+        e = p.edges[EDGE]
+        forward = e["edge_id"] < 4552
+        fid, rid = e["edge_id"][forward], e["edge_id"][~forward] - 4552
+        assert torch.equal(e["edge_index"][:, forward], torch.stack([whole["src"][fid], whole["dst"][fid]]))
+        assert torch.equal(e["edge_index"][:, ~forward], torch.stack([whole["dst"][rid], whole["src"][rid]]))
+        assert (p.node_books[NODE][e["edge_index"][0]] == p.index).all(), "edges live with their source node"
+        assert (p.edge_books[EDGE][e["edge_id"]] == p.index).all()
+    assert parts[0].metadata.node_counts == {NODE: counts}
+
+
+def test_citeseer_two_workers_local(tmp_path, citeseer_tfrecords):
+    published = partition(citeseer_tfrecords.root, tmp_path / "parts", PartitionSpec(), world_size=2)
+    assert published.manifest.counts == {"partitions": 2, f"nodes.{NODE}": 3327, f"edges.{EDGE}": 9104}
+    whole = whole_graph(citeseer_tfrecords)
+    check_partitions(published, whole, 2)
+    # GLT's distributed neighbor loader over the stored partitions returns the original values.
+    results = launch(sample_and_check, (str(tmp_path / "parts"), whole["features"], whole["label"]), world_size=2)
+    for counts in results:
+        assert counts["seeds"] == 256 and counts["batches"] == 4
+        assert counts["remote"] > 0, "some sampled neighbours live in the other partition"
+        assert counts["feature_mismatch"] == 0 and counts["label_mismatch"] == 0
+
+
+def test_citeseer_two_workers_gcs_sequential_loading(tmp_path, citeseer_tfrecords, gcs_bucket):
+    storage.copy_tree(citeseer_tfrecords.root, f"gs://{gcs_bucket}/tfr")
+    options = PartitionSpec(load_in_parallel=False, edge_assignment="dst")
+    published = partition(f"gs://{gcs_bucket}/tfr", f"gs://{gcs_bucket}/parts", options, world_size=2)
+    assert storage.exists(f"gs://{gcs_bucket}/parts/manifest.json")
+    parts = [read_partition(published, i) for i in range(2)]
+    assert sorted(torch.cat([p.nodes[NODE]["node_id"] for p in parts]).tolist()) == list(range(3327))
+    for p in parts:
+        assert (p.node_books[NODE][p.edges[EDGE]["edge_index"][1]] == p.index).all(), "edges live with their destination"
+
+
+def test_shards_are_split_disjointly_and_balanced():
+    files = [f"s{i}" for i in range(7)]
+    sizes = [100, 90, 80, 70, 60, 50, 40]
+    shares = [assign_shards(files, sizes, r, 3) for r in range(3)]
+    assert sorted(f for s in shares for f in s) == files
+    loads = [sum(sizes[files.index(f)] for f in s) for s in shares]
+    assert max(loads) - min(loads) <= 40
+    assert assign_shards(files[:1], sizes[:1], 1, 2) == []
+
+
+def test_more_workers_than_shards(tmp_path, citeseer_tfrecords):
+    published = partition(citeseer_tfrecords.root, tmp_path / "parts", PartitionSpec(), world_size=5)
+    parts = [read_partition(published, i) for i in range(5)]
+    assert sorted(torch.cat([p.nodes[NODE]["node_id"] for p in parts]).tolist()) == list(range(3327))
+
+
+def copy_of(serialized: storage.PublishedOutput, tmp_path: pathlib.Path) -> pathlib.Path:
+    target = tmp_path / "tfr"
+    storage.copy_tree(serialized.root, target)
+    return target
+
+
+def test_missing_shard(tmp_path, citeseer_tfrecords):
+    tfr = copy_of(citeseer_tfrecords, tmp_path)
+    shard = next(tfr.glob("gen-*/edges/*/shard-00002-of-00004.tfrecord"))
+    shard.unlink()
+    with pytest.raises(GnnflowError) as error:
+        partition(tfr, tmp_path / "parts", PartitionSpec(), world_size=2)
+    assert str(shard) in str(error.value) and "does not exist" in str(error.value)
+    assert not (tmp_path / "parts" / "manifest.json").exists()
+    assert not list((tmp_path / "parts").glob("gen-*")), "the failed run's staged files are removed"
+
+
+def test_corrupt_shard(tmp_path, citeseer_tfrecords):
+    tfr = copy_of(citeseer_tfrecords, tmp_path)
+    shard = next(tfr.glob("gen-*/nodes/paper/shard-00001-of-00004.tfrecord"))
+    data = bytearray(shard.read_bytes())
+    data[5000] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(GnnflowError) as error:
+        partition(tfr, tmp_path / "parts", PartitionSpec(), world_size=2)
+    assert str(shard) in str(error.value) and "corrupt" in str(error.value)
+    assert not (tmp_path / "parts" / "manifest.json").exists()
+
+
+def test_metadata_that_disagrees_with_the_shards(tmp_path, citeseer_tfrecords):
+    tfr = copy_of(citeseer_tfrecords, tmp_path)
+    path = next(tfr.glob("gen-*/graph_metadata.json"))
+    meta = json.loads(path.read_text())
+    meta["node_types"][NODE]["count"] = 3000
+    path.write_text(json.dumps(meta))
+    with pytest.raises(GnnflowError) as error:
+        partition(tfr, tmp_path / "parts", PartitionSpec(), world_size=2)
+    assert "graph_metadata.json says 3000 nodes but the shards hold 3327" in str(error.value)
+
+
+def test_killed_worker_fails_the_step_fast_and_a_rerun_succeeds(tmp_path, citeseer_tfrecords):
+    command = [sys.executable, "-m", "components.partition", "--input", str(citeseer_tfrecords.root),
+               "--output", str(tmp_path / "parts"), "--world-size", "2", "--config", str(tmp_path / "c.yaml")]
+    (tmp_path / "c.yaml").write_text("graph: {nodes: [{uri: x.csv, label_column: y}], edges: [{uri: e.csv}]}\npartition: {load_in_parallel: false}\n")
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONPATH": str(pathlib.Path(__file__).parents[1])})
+    launcher = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 90
+    victim = None
+    while victim is None and time.monotonic() < deadline:
+        workers = [c for c in launcher.children() if c.children()]  # a worker loading shards in a subprocess
+        victim = workers[-1] if len(workers) == 2 else None
+        time.sleep(0.2)
+    assert victim is not None, "workers never started loading"
+    killed_at = time.monotonic()
+    victim.send_signal(signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode != 0
+    assert time.monotonic() - killed_at < 60
+    assert "rank" in stderr and "SIGKILL" in stderr
+    assert not (tmp_path / "parts" / "manifest.json").exists()
+    assert not psutil.pid_exists(victim.pid) or psutil.Process(victim.pid).status() == psutil.STATUS_ZOMBIE
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert storage.open_published(tmp_path / "parts").manifest.counts["partitions"] == 2
+
+
+def test_heterogeneous_graph(tmp_path):
+    (tmp_path / "papers.csv").write_text("pid,topic,year\n" + "".join(f"p{i},{'ml' if i % 2 else 'db'},{2000 + i % 20}\n" for i in range(60)))
+    (tmp_path / "authors.csv").write_text("aid,h\n" + "".join(f"a{i},{i % 7}\n" for i in range(40)))
+    (tmp_path / "writes.csv").write_text("author,paper\n" + "".join(f"a{i % 40},p{(i * 7) % 60}\n" for i in range(120)))
+    (tmp_path / "cites.csv").write_text("a,b\n" + "".join(f"p{i % 60},p{(i * 13 + 1) % 60}\n" for i in range(90)))
+    raw = {
+        "graph": {
+            "nodes": [
+                {"type": "paper", "uri": "papers.csv", "id_column": "pid", "label_column": "topic", "features": [{"columns": ["year"], "transform": "standardize"}]},
+                {"type": "author", "uri": "authors.csv", "id_column": "aid", "features": [{"columns": ["h"]}]},
+            ],
+            "edges": [
+                {"type": "writes", "uri": "writes.csv", "src_column": "author", "dst_column": "paper", "src_type": "author", "dst_type": "paper", "undirected": False},
+                {"type": "cites", "uri": "cites.csv", "src_column": "a", "dst_column": "b", "src_type": "paper", "dst_type": "paper"},
+            ],
+        },
+        "serialize": {"num_shards": 2},
+    }
+    (tmp_path / "config.yaml").write_text(json.dumps(raw))
+    config = load_config(tmp_path / "config.yaml")
+    preprocess(config, tmp_path / "pre")
+    serialize(config, tmp_path / "pre", tmp_path / "tfr")
+    published = partition(tmp_path / "tfr", tmp_path / "parts", PartitionSpec(), world_size=2)
+    parts = [read_partition(published, i) for i in range(2)]
+    for node_type, count in (("paper", 60), ("author", 40)):
+        assert sorted(torch.cat([p.nodes[node_type]["node_id"] for p in parts]).tolist()) == list(range(count))
+    writes = torch.cat([p.edges["author__writes__paper"]["edge_id"] for p in parts])
+    assert sorted(writes.tolist()) == list(range(120)), "directed edges are stored once"
+    cites = torch.cat([p.edges["paper__cites__paper"]["edge_id"] for p in parts])
+    assert sorted(cites.tolist()) == list(range(180)), "undirected edges in both directions"
+    for p in parts:
+        src = p.edges["author__writes__paper"]["edge_index"][0]
+        assert (p.node_books["author"][src] == p.index).all()
+    from components.partition.dataset import to_dist_dataset
+
+    dataset = to_dist_dataset(parts[0])
+    assert set(dataset.node_features) == {"paper", "author"}
+    assert set(dataset.graph) == {("author", "writes", "paper"), ("paper", "cites", "paper")}
