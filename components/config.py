@@ -144,6 +144,30 @@ class ResourcesSpec(_Section):
     processes_per_replica: int = Field(1, ge=1, description="On a cluster: worker processes per replica (machine).")
 
 
+class ModelSpec(_Section):
+    hidden_channels: int = Field(64, gt=0, description="Width of every GraphSAGE layer; also the embedding size.")
+    num_layers: int = Field(2, gt=0, description="GraphSAGE layers (hops); must equal len(training.fan_outs).")
+    dropout: float = Field(0.5, ge=0, lt=1, description="Dropout between layers.")
+    aggregation: Literal["mean", "max", "sum"] = Field("mean", description="How a node aggregates its neighbours.")
+    decoder: Literal["dot", "mlp"] = Field("dot", description="Link prediction: score an edge by a dot product or an MLP of the two embeddings.")
+
+
+class TrainingSpec(_Section):
+    epochs: int = Field(50, gt=0, description="Maximum epochs.")
+    batch_size: int = Field(512, gt=0, description="Seed nodes (or seed edges) per mini-batch and worker.")
+    eval_batch_size: int = Field(1024, gt=0, description="Seeds per batch when evaluating and inferring.")
+    fan_outs: list[int] = Field(default_factory=lambda: [15, 10], min_length=1, description="Neighbours sampled per hop, one per layer.")
+    learning_rate: float = Field(0.01, gt=0, description="Adam learning rate.")
+    weight_decay: float = Field(5e-4, ge=0, description="Adam weight decay.")
+    seed: int = Field(0, description="Seed of model initialisation and sampling: same config and world size, same result.")
+    early_stopping_patience: int | None = Field(10, gt=0, description="Stop after this many epochs without a better validation metric; null: never.")
+    sampling: Literal["collocated", "multiprocess"] = Field(
+        "collocated", description="Sample in the trainer process, or in separate GLT sampling subprocesses."
+    )
+    sampling_workers: int = Field(1, gt=0, description="multiprocess: sampling subprocesses per trainer.")
+    negative_ratio: float = Field(1.0, gt=0, description="Link prediction: negative edges sampled per positive edge.")
+
+
 class OutputSpec(_Section):
     root: str = Field("runs", description="Run root: local path or gs:// URI under which each step writes its output.")
 
@@ -156,6 +180,8 @@ class GnnflowConfig(_Section):
     preprocess: PreprocessSpec = Field(default_factory=PreprocessSpec, description="Step preprocess: chunk sizes.")
     serialize: SerializeSpec = Field(default_factory=SerializeSpec, description="Step serialize: shards.")
     partition: PartitionSpec = Field(default_factory=PartitionSpec, description="Step partition.")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The GraphSAGE model.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec, description="Steps train and infer.")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Workers per multi-worker step.")
     output: OutputSpec = Field(default_factory=OutputSpec, description="Where a run writes.")
 
@@ -170,6 +196,14 @@ class GnnflowConfig(_Section):
                 raise ValueError(f"node_classification needs graph.nodes[{target!r}].label_column")
         elif not any(e.type == target or e.name == target for e in self.graph.edges):
             raise ValueError(f"task.target {target!r} is not an edge type of graph.edges")
+        return self
+
+    @model_validator(mode="after")
+    def _fan_outs_match_layers(self) -> "GnnflowConfig":
+        if len(self.training.fan_outs) != self.model.num_layers:
+            raise ValueError(
+                f"training.fan_outs has {len(self.training.fan_outs)} entries but model.num_layers is {self.model.num_layers}: give one fan-out per layer"
+            )
         return self
 
     @property

@@ -1,9 +1,9 @@
-"""Runs one function in N worker processes, here or across the replicas of a cluster job.
+"""Runs one function in N worker processes (Linux), here or across the replicas of a cluster job.
 
-Each worker gets a `WorkerContext`: its rank and the rendezvous addresses for
-torch.distributed (gloo) and GLT's RPC. The first worker that raises or dies ends the step
-within seconds (its peers are usually blocked in a collective waiting for it), everything
-the workers started dies with them, and the caller gets a `WorkerFailed` naming rank and cause.
+Each worker gets a `WorkerContext`: its rank and the rendezvous addresses for torch.distributed
+(gloo) and GLT's RPC. The first worker that raises or dies ends the step within seconds (its peers
+are usually blocked in a collective), everything the workers started dies with them, and the caller
+gets a `WorkerFailed` naming rank and cause.
 """
 
 from __future__ import annotations
@@ -167,8 +167,7 @@ def launch(
     first = cluster.replica_rank * per_replica
     contexts = [WorkerContext(first + local, world_size, local, per_replica, *addresses) for local in range(per_replica)]
     logger.info("starting ranks %d-%d of %d; rendezvous %s:%d, RPC port %d", first, contexts[-1].rank, world_size, *addresses)
-    # Pickled here, not by multiprocessing, so that a worker module the child cannot import
-    # fails inside the child's error reporting (with its traceback), not in its bootstrap.
+    # Pickled here, so that a worker the child cannot import fails in its error reporting, not its bootstrap.
     return _Launch(contexts, pickle.dumps((worker, args)), start_timeout_s).run()
 
 
@@ -219,8 +218,7 @@ class _Launch:
             self._watch()
             return [worker.result for worker in self.workers]
         finally:
-            # A second Ctrl-C or SIGTERM must not cut the cleanup short: it is held until the
-            # cleanup is done, then delivered to the handler restored here.
+            # A second Ctrl-C or SIGTERM waits until the cleanup is done, then goes to the restored handler.
             blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             try:
                 self._cleanup()
@@ -268,7 +266,9 @@ class _Launch:
             if worker.reader is not None and worker.reader in ready:
                 failures += self._drain(worker)
         for worker in self.workers:
-            if not worker.exited and worker.process.sentinel in ready:
+            # The exit code (waitpid) is the truth; the sentinel wakes us sooner, but a descendant
+            # that inherited its pipe can hold it open (torch_shm_manager, exec'd from C++).
+            if not worker.exited and (worker.process.sentinel in ready or worker.process.exitcode is not None):
                 worker.exited = True
                 failures += self._drain(worker)  # what it sent just before exiting
                 if not worker.has_result and not worker.failed:
@@ -315,9 +315,7 @@ class _Launch:
         for worker in self.workers:
             worker.process.join()
             worker.process.close()
-            if worker.reader is not None:
-                worker.reader.close()
-        self.workers = []
+        self.workers = []  # and with them the pipes, closed as they are collected
         deadline = time.monotonic() + _KILL_GRACE_S
         while self._alive() and time.monotonic() < deadline:  # stragglers outside the groups
             self._kill([], signal.SIGKILL)
@@ -352,10 +350,9 @@ class _Launch:
 
 
 def _release_shared_memory(pids: set[int], shm_before: set[str]) -> None:
-    """Frees what our killed processes created and nobody has attached any more.
-
-    GLT's ShmQueue removes its SysV segment (256 MB by default) only in a destructor, so a
-    killed worker leaks it until reboot; torch's file_system tensors leak `/dev/shm/torch_<pid>_*`.
+    """Frees what our killed processes created and nobody has attached any more: GLT's ShmQueue
+    removes its SysV segment (256 MB by default) only in a destructor, so a killed worker leaks it
+    until reboot; torch's file_system tensors leak `/dev/shm/torch_<pid>_*`.
     """
     with contextlib.suppress(OSError, KeyError, ValueError):  # no SysV IPC here: nothing to free
         with open("/proc/sysvipc/shm") as table:
@@ -375,6 +372,9 @@ def _release_shared_memory(pids: set[int], shm_before: set[str]) -> None:
 def _worker_main(payload: bytes, context: WorkerContext, writer: Connection, launcher_pid: int) -> None:
     """Entry point of a worker process: isolates it, runs the worker, reports the outcome."""
     os.setpgrp()  # first thing: all this worker starts joins its group, to be killed as one
+    for fd in [int(name) for name in os.listdir("/proc/self/fd") if int(name) > 2]:
+        with contextlib.suppress(OSError):  # multiprocessing's pipes: exec'd descendants must not hold them open
+            os.set_inheritable(fd, False)
     with contextlib.suppress(OSError, AttributeError):  # not Linux: the launcher's cleanup must do
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != launcher_pid:
@@ -383,11 +383,15 @@ def _worker_main(payload: bytes, context: WorkerContext, writer: Connection, lau
     os.environ.update(MASTER_ADDR=context.master_addr, MASTER_PORT=str(context.master_port), RANK=str(context.rank))
     os.environ.update(WORLD_SIZE=str(context.world_size), LOCAL_RANK=str(context.local_rank))
     writer.send(("started", os.getpid()))
+    from components.runlog import configure
+
+    configure(prefix=f"[rank {context.rank}] ")
     try:
         worker, args = pickle.loads(payload)
         writer.send(("result", worker(context, *args)))
     except BaseException as error:  # SystemExit and KeyboardInterrupt are failures too
-        summary = traceback.format_exception_only(type(error), error)[-1].strip()
+        summary = (str(error) if isinstance(error, GnnflowError)  # already says what and where
+                   else traceback.format_exception_only(type(error), error)[-1].strip())
         writer.send(("error", time.time(), summary, traceback.format_exc()))
         sys.stdout.flush()
         sys.stderr.flush()

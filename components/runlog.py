@@ -11,12 +11,13 @@ from contextlib import contextmanager
 from tqdm import tqdm
 
 
-def configure(level: int = logging.INFO) -> None:
-    """Idempotent: one stderr handler with timestamps, as a step's entry point wants."""
+def configure(level: int = logging.INFO, prefix: str = "") -> None:
+    """Idempotent: one stderr handler with timestamps, as a step's entry point (or a worker
+    process, with its rank as ``prefix``) wants."""
     root = logging.getLogger()
     if not any(getattr(h, "_gnnflow", False) for h in root.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {prefix}%(name)s: %(message)s", "%H:%M:%S"))
         handler._gnnflow = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level)

@@ -422,25 +422,28 @@ def _decode_block(mat: np.ndarray, index: np.ndarray, wanted: Wanted, source: st
         if layout is None:
             break
         sub = mat if len(rest) == len(mat) else mat[rest]
-        tpl, fixed, ok = sub[0], np.pad(np.ones(mat.shape[1], np.int8), 1), np.ones(len(sub), bool)
-        for _, s, e, _ in layout:
-            fixed[s + 1:e + 1] = 0
-        for a, b in np.flatnonzero(np.diff(fixed)).reshape(-1, 2):  # each run [a, b) of fixed bytes
-            ok &= (sub[:, a:b] == tpl[a:b]).all(axis=1)
+        # What must match the template per byte: all bits (structure), the continuation bit (int
+        # payload: same varint boundaries), nothing (float payload). The compared bytes are first
+        # gathered into one compact matrix, so the checks and varint decoding stay in cache.
+        care = np.full(mat.shape[1], 0xFF, np.uint8)
         for key, s, e, lens in layout:
-            if lens:  # same varint boundaries: same continuation bits
-                ok &= ((sub[:, s:e] ^ tpl[s:e]) & 0x80 == 0).all(axis=1)
-        hit, src = (rest, sub) if ok.all() else (rest[ok], sub[ok])
+            care[s:e] = 0x80 if lens else 0
+        kept = np.pad(care != 0, 1).astype(np.int8)
+        spans = np.flatnonzero(np.diff(kept)).reshape(-1, 2)  # runs [a, b) of compared bytes
+        cols = np.concatenate([np.arange(a, b) for a, b in spans])
+        compact = np.concatenate([sub[:, a:b] for a, b in spans], axis=1)
+        ok = ~((compact ^ sub[0, cols]) & care[cols]).any(axis=1)
+        hit, sub, compact = (rest, sub, compact) if ok.all() else (rest[ok], sub[ok], compact[ok])
         rows = index[hit]
         rows = slice(int(rows[0]), int(rows[-1]) + 1) if rows[-1] - rows[0] == len(rows) - 1 else rows
+        at = np.cumsum(kept[1:-1]) - 1  # column of compact holding each compared byte
         for key, s, e, lens in layout:
             if wanted[key][0] == "f":
-                out[key][rows] = src[:, s:e].view("<f4")  # the last axis is contiguous: a view, one copy
-            for j, ln in enumerate(lens):
-                value = (src[:, s] & 0x7F).astype(np.uint64)
-                for b in range(1, ln):
-                    value |= (src[:, s + b] & 0x7F).astype(np.uint64) << _U64(7 * b)
-                out[key][rows, j], s = value.view(np.int64), s + ln
+                out[key][rows] = sub[:, s:e].view("<f4")  # the last axis is contiguous: a view, one copy
+            elif lens:
+                shifts = np.concatenate([np.arange(0, 7 * ln, 7, dtype=np.uint64) for ln in lens])
+                bits = (compact[:, at[s]:at[s] + e - s] & 0x7F).astype(np.uint64) << shifts
+                out[key][rows] = np.bitwise_or.reduceat(bits, np.cumsum([0] + lens[:-1]), axis=1).view(np.int64)
         rest = rest[~ok]
     return rest
 

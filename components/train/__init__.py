@@ -1,0 +1,1 @@
+"""Step ``train``: distributed GLT sampling + GraphSAGE under DistributedDataParallel."""

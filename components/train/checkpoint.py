@@ -1,0 +1,63 @@
+"""Resumable training state, written atomically by rank 0 after every epoch.
+
+The checkpoint lives under ``<output>/_checkpoints/`` (outside the published generations, so a
+failed run leaves it for the re-run to resume from) and records a fingerprint of everything
+that shapes training; a checkpoint from a different config or partitioning is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from components import storage
+from components.config import GnnflowConfig
+
+CHECKPOINT_FILE = "_checkpoints/checkpoint.pt"
+
+
+def fingerprint(config: GnnflowConfig, partitions_generation: str, world_size: int) -> str:
+    """What must match for a checkpoint to be resumed."""
+    shaping = {
+        "task": config.task.model_dump(mode="json"), "model": config.model.model_dump(mode="json"),
+        "training": config.training.model_dump(mode="json"), "partitions": partitions_generation, "world_size": world_size,
+    }
+    return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class TrainingState:
+    """Epoch counter, early-stopping bookkeeping, and the best model so far."""
+
+    fingerprint: str
+    next_epoch: int = 0
+    best_metric: float = float("-inf")
+    best_epoch: int = -1
+    epochs_without_improvement: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+    model: dict[str, torch.Tensor] = field(default_factory=dict)
+    optimizer: dict[str, Any] = field(default_factory=dict)
+    best_model: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def save(state: TrainingState, output: storage.Uri) -> None:
+    buffer = io.BytesIO()
+    torch.save(state.__dict__, buffer)
+    storage.write_bytes(output.join(CHECKPOINT_FILE), buffer.getvalue())
+
+
+def load(output: storage.Uri, expected_fingerprint: str) -> TrainingState | None:
+    """The saved state if there is one for this same training setup, else None."""
+    uri = output.join(CHECKPOINT_FILE)
+    if not storage.exists(uri):
+        return None
+    # weights_only: a checkpoint is data, never code to run.
+    raw = torch.load(io.BytesIO(storage.read_bytes(uri)), weights_only=True)
+    if raw.get("fingerprint") != expected_fingerprint:
+        return None
+    return TrainingState(**raw)

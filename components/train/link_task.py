@@ -1,0 +1,99 @@
+"""Link prediction on one worker: positive edges of its partition as seeds, sampled negatives,
+and ROC-AUC over every worker's scores.
+
+Only training edges carry messages (validation and test edges are held out of the sampled
+graph), so evaluation never sees the edges it scores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from components.config import GnnflowConfig
+from components.errors import GnnflowError
+from components.partition.store import StoredPartition
+from components.runlog import progress
+from components.schema import SPLIT_CODES, GraphSchema
+from components.train.metrics import all_gather_cat, all_sum, roc_auc
+from components.train.model import LinkPredictor, homogeneous_encoder
+from components.train.node_task import EpochResult
+from components.train.sampling import SamplingSetup, link_loader
+
+
+def build_link_predictor(schema: GraphSchema, config: GnnflowConfig, edge_dir: str) -> LinkPredictor:
+    if schema.is_heterogeneous:
+        raise GnnflowError("link prediction is supported on homogeneous graphs (one node type, one edge type)")
+    node = next(iter(schema.node_types.values()))
+    encoder = homogeneous_encoder(node.feature_dim, config.model)
+    return LinkPredictor(encoder, config.model.hidden_channels, config.model.decoder)
+
+
+def training_edges(part: StoredPartition, target: str) -> dict[str, torch.Tensor]:
+    """Edge mask per type for the sampled graph: the target type keeps its training edges only."""
+    return {name: (e["split"] == SPLIT_CODES["train"]) if name == target else torch.ones(len(e["edge_id"]), dtype=torch.bool)
+            for name, e in part.edges.items()}
+
+
+def positive_pairs(part: StoredPartition, target: str, split: str, count: int) -> torch.Tensor:
+    """(2, m) global ids of this partition's ``split`` edges, each undirected edge once."""
+    edges = part.edges[target]
+    keep = (edges["split"] == SPLIT_CODES[split]) & (edges["edge_id"] < count)
+    return edges["edge_index"][:, keep]
+
+
+class LinkTask:
+    """Everything link prediction needs on one worker."""
+
+    def __init__(self, setup: SamplingSetup, dataset, part: StoredPartition, config: GnnflowConfig) -> None:
+        schema = part.metadata.schema
+        count = schema.edge_types[schema.target].count
+        self.pairs = {name: positive_pairs(part, schema.target, name, count) for name in ("train", "val", "test")}
+        self.loaders = {
+            name: link_loader(setup, dataset, None, pairs, shuffle=name == "train", loader_index=index) if pairs.shape[1] else None
+            for index, (name, pairs) in enumerate(self.pairs.items())
+        }
+
+    def train_epoch(self, model: nn.Module, optimizer: torch.optim.Optimizer, show_progress: bool) -> EpochResult:
+        model.train()
+        start = time.perf_counter()
+        stats = [0.0, 0, 0]  # summed loss, batches, scored pairs
+        bar = progress("train", unit="batch") if show_progress else None
+        joined = model.join() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
+        with joined:
+            for batch in self.loaders["train"] or []:
+                optimizer.zero_grad()
+                logits = model(batch.x, batch.edge_index, batch.edge_label_index)
+                loss = F.binary_cross_entropy_with_logits(logits, batch.edge_label.float())
+                loss.backward()
+                optimizer.step()
+                stats[0] += float(loss) * len(logits)
+                stats[1] += 1
+                stats[2] += len(logits)
+                if bar is not None:
+                    bar.update(1)
+        if bar is not None:
+            bar.close()
+        totals = all_sum(torch.tensor(stats, dtype=torch.float64))
+        return EpochResult(float(totals[0]) / max(float(totals[2]), 1.0), int(totals[1]), time.perf_counter() - start, {})
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        """ROC-AUC of ``split`` positives against as many sampled negatives, over every worker."""
+        model.eval()
+        scores, labels = [torch.zeros(0)], [torch.zeros(0)]
+        for batch in self.loaders[split] or []:
+            scores.append(model(batch.x, batch.edge_index, batch.edge_label_index))
+            labels.append(batch.edge_label.float())
+        all_scores, all_labels = all_gather_cat(torch.cat(scores)), all_gather_cat(torch.cat(labels))
+        return {"roc_auc": roc_auc(all_scores, all_labels), "count": int(all_labels.sum())}
+
+    def shutdown(self) -> None:
+        for loader in self.loaders.values():
+            if loader is not None:
+                loader.shutdown()

@@ -1,0 +1,126 @@
+"""Node classification on one worker: loaders over its partition's labelled seeds, an epoch of
+training, and evaluation whose counts are summed over every worker."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from components.config import GnnflowConfig
+from components.partition.dataset import NodeSplits, edge_type_tuple
+from components.partition.store import StoredPartition
+from components.runlog import progress
+from components.schema import GraphSchema
+from components.train.metrics import all_sum, classification_metrics, confusion_matrix
+from components.train.model import HeteroSAGE, NodeClassifier, homogeneous_encoder
+from components.train.sampling import SamplingSetup, node_loader
+
+
+def build_node_classifier(schema: GraphSchema, config: GnnflowConfig, edge_dir: str) -> NodeClassifier:
+    target = schema.node_types[schema.target]
+    spec = config.model
+    if not schema.is_heterogeneous:
+        return NodeClassifier(homogeneous_encoder(target.feature_dim, spec), spec.hidden_channels, target.num_classes)
+    # GLT hands out-edge samples as reversed edge types, so messages flow towards the seeds.
+    edge_types = [edge_type_tuple(e) for e in schema.edge_types]
+    if edge_dir == "out":
+        edge_types = [(d, f"rev_{r}", s) for s, r, d in edge_types]
+    encoder = HeteroSAGE({t: n.feature_dim for t, n in schema.node_types.items()}, edge_types, spec)
+    return NodeClassifier(encoder, spec.hidden_channels, target.num_classes, target=schema.target)
+
+
+@dataclass
+class EpochResult:
+    loss: float
+    batches: int
+    seconds: float
+    train: dict[str, float]
+
+
+class NodeTask:
+    """Everything node classification needs on one worker."""
+
+    def __init__(self, setup: SamplingSetup, dataset, part: StoredPartition, splits: NodeSplits, config: GnnflowConfig) -> None:
+        schema = part.metadata.schema
+        self.target = schema.target
+        self.hetero = schema.is_heterogeneous
+        self.num_classes = schema.node_types[self.target].num_classes
+        training = config.training
+
+        def seeds(ids: dict[str, torch.Tensor]):
+            own = ids[self.target]
+            return (self.target, own) if self.hetero else own
+
+        self.seed_counts = {name: len(getattr(splits, name)[self.target]) for name in ("train", "val", "test")}
+        # A worker whose partition holds no seeds of a split gets no loader for it (and no batches).
+        self.loaders = {
+            name: node_loader(
+                setup, dataset, seeds(getattr(splits, name)), shuffle=name == "train", loader_index=index,
+                batch_size=training.batch_size if name == "train" else training.eval_batch_size,
+            ) if self.seed_counts[name] else None
+            for index, name in enumerate(("train", "val", "test"))
+        }
+
+    def _inputs(self, batch) -> tuple:
+        """(x, edge_index, labels of the seeds, number of seeds) of a GLT batch."""
+        if self.hetero:
+            node = batch[self.target]
+            return batch.x_dict, batch.edge_index_dict, node.y.reshape(-1)[: node.batch_size], node.batch_size
+        return batch.x, batch.edge_index, batch.y.reshape(-1)[: batch.batch_size], batch.batch_size
+
+    def train_epoch(self, model: nn.Module, optimizer: torch.optim.Optimizer, show_progress: bool) -> EpochResult:
+        model.train()
+        start = time.perf_counter()
+        confusion = torch.zeros((self.num_classes, self.num_classes), dtype=torch.int64)
+        bar = progress("train", unit="batch") if show_progress else None
+        # DDP's join lets a worker with fewer batches finish while the others still all-reduce.
+        joined = model.join() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
+        stats = [0.0, 0]  # summed loss, batches
+        with joined:
+            self._train_batches(model, optimizer, confusion, bar, stats)
+        total_loss, batches = stats
+        if bar is not None:
+            bar.close()
+        seconds = time.perf_counter() - start
+        totals = all_sum(torch.tensor([total_loss, batches], dtype=torch.float64))
+        confusion = all_sum(confusion)
+        count = int(confusion.sum())
+        return EpochResult(float(totals[0]) / max(count, 1), int(totals[1]), seconds, classification_metrics(confusion))
+
+    def _train_batches(self, model, optimizer, confusion, bar, stats: list) -> None:
+        for batch in self.loaders["train"] or []:
+            x, edge_index, y, size = self._inputs(batch)
+            optimizer.zero_grad()
+            logits = model(x, edge_index)[:size]
+            labelled = y >= 0
+            loss = F.cross_entropy(logits[labelled], y[labelled])
+            loss.backward()
+            optimizer.step()
+            stats[0] += float(loss) * int(labelled.sum())
+            stats[1] += 1
+            confusion += confusion_matrix(logits[labelled].argmax(-1).detach(), y[labelled], self.num_classes)
+            if bar is not None:
+                bar.update(1)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        """Accuracy and macro-F1 over every worker's ``split`` seeds."""
+        model.eval()
+        confusion = torch.zeros((self.num_classes, self.num_classes), dtype=torch.int64)
+        for batch in self.loaders[split] or []:
+            x, edge_index, y, size = self._inputs(batch)
+            pred = model(x, edge_index)[:size].argmax(-1)
+            labelled = y >= 0
+            confusion += confusion_matrix(pred[labelled], y[labelled], self.num_classes)
+        return classification_metrics(all_sum(confusion))
+
+    def shutdown(self) -> None:
+        for loader in self.loaders.values():
+            if loader is not None:
+                loader.shutdown()

@@ -1,0 +1,172 @@
+"""Step ``train``: N workers sample their partitions with GLT and train one GraphSAGE model under
+DistributedDataParallel; rank 0 checkpoints every epoch and writes the model and metrics.
+
+Output (published atomically)::
+
+    model.pt            best-validation ``state_dict`` (load with ``weights_only=True``)
+    model_spec.json     what rebuilding the model needs (task, dims, classes, model section)
+    metrics.jsonl       one line per epoch: loss, train/val metrics, seconds, batches/s
+    metrics.json        best epoch, validation and test metrics of the best model
+    config.resolved.yaml
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from components import storage
+from components.config import GnnflowConfig
+from components.launcher import WorkerContext, cluster_from_environment, launch
+from components.partition.dataset import node_splits, to_dist_dataset
+from components.partition.step import STEP as PARTITION_STEP
+from components.partition.store import read_partition
+from components.train import checkpoint
+from components.train.link_task import LinkTask, build_link_predictor, training_edges
+from components.train.node_task import NodeTask, build_node_classifier
+from components.train.sampling import SamplingSetup
+
+log = logging.getLogger("gnnflow.train")
+
+STEP = "train"
+VALIDATION_METRIC = {"node_classification": "accuracy", "link_prediction": "roc_auc"}
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    input: str  # a published partition output
+    output: str
+    generation: str
+    config: GnnflowConfig
+
+
+def _seed_everything(seed: int) -> None:
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
+    """One trainer; returns the final metrics on rank 0, None elsewhere."""
+    import graphlearn_torch as glt
+
+    config = job.config
+    ctx.init_process_group()
+    torch.set_num_threads(1)  # workers share the machine's cores; oversubscription costs more than it gains
+    partitions = storage.open_published(job.input, step=PARTITION_STEP)
+    part = read_partition(partitions, ctx.rank)
+    schema = part.metadata.schema
+    edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
+    link = schema.task_type == "link_prediction"
+    dataset = to_dist_dataset(part, edge_filter=training_edges(part, schema.target) if link else None)
+    glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-train")
+    glt.distributed.init_rpc(master_addr=ctx.master_addr, master_port=ctx.rpc_port, num_rpc_threads=4, rpc_timeout=300)
+    setup = SamplingSetup(ctx, config.training, edge_dir)
+    task = LinkTask(setup, dataset, part, config) if link else NodeTask(setup, dataset, part, node_splits(part), config)
+    _seed_everything(config.training.seed)
+    model = (build_link_predictor if link else build_node_classifier)(schema, config, edge_dir)
+    ddp = DistributedDataParallel(model, find_unused_parameters=schema.is_heterogeneous)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
+    output = storage.parse_uri(job.output)
+    state = checkpoint.load(output, checkpoint.fingerprint(config, partitions.manifest.generation, ctx.world_size))
+    if state is None:
+        state = checkpoint.TrainingState(checkpoint.fingerprint(config, partitions.manifest.generation, ctx.world_size))
+    else:
+        model.load_state_dict(state.model)
+        optimizer.load_state_dict(state.optimizer)
+        if ctx.rank == 0:
+            log.info("resuming from the checkpoint of epoch %d (best %.4f at epoch %d)", state.next_epoch - 1, state.best_metric, state.best_epoch)
+    metric = VALIDATION_METRIC[schema.task_type]
+    patience = config.training.early_stopping_patience
+    _seed_everything(config.training.seed + 1000 * state.next_epoch + ctx.rank)
+    for epoch in range(state.next_epoch, config.training.epochs):
+        result = task.train_epoch(ddp, optimizer, show_progress=ctx.rank == 0)
+        val = task.evaluate(model, "val")
+        slowest = torch.tensor([result.seconds])
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        seconds = float(slowest)
+        line = {
+            "epoch": epoch, "loss": round(result.loss, 6), **{f"train_{k}": v for k, v in result.train.items() if k != "count"},
+            **{f"val_{k}": v for k, v in val.items() if k != "count"}, "seconds": round(seconds, 3),
+            "batches_per_s": round(result.batches / seconds, 2) if seconds else 0.0,
+        }
+        state.history.append(line)
+        improved = val[metric] > state.best_metric
+        if improved:
+            state.best_metric, state.best_epoch, state.epochs_without_improvement = val[metric], epoch, 0
+            state.best_model = copy.deepcopy(model.state_dict())
+        else:
+            state.epochs_without_improvement += 1
+        state.next_epoch = epoch + 1
+        state.model, state.optimizer = model.state_dict(), optimizer.state_dict()
+        if ctx.rank == 0:
+            checkpoint.save(state, output)
+            log.info("epoch %d: loss %.4f, train %s %.4f, val %s %.4f%s (%.1fs, %d batches)", epoch, result.loss, metric,
+                     result.train.get(metric, float("nan")), metric, val[metric], " *" if improved else "", seconds, result.batches)
+        dist.barrier()  # nobody starts the next epoch before the checkpoint of this one exists
+        if patience is not None and state.epochs_without_improvement >= patience:
+            if ctx.rank == 0:
+                log.info("early stopping: no better validation %s for %d epochs", metric, patience)
+            break
+    model.load_state_dict(state.best_model or model.state_dict())
+    final = {"best_epoch": state.best_epoch, "epochs_run": state.next_epoch}
+    final |= {f"val_{k}": v for k, v in task.evaluate(model, "val").items()}
+    final |= {f"test_{k}": v for k, v in task.evaluate(model, "test").items()}
+    task.shutdown()
+    glt.distributed.barrier()
+    glt.distributed.shutdown_rpc()
+    if ctx.rank == 0:
+        staging = storage.OutputStaging(output, STEP, generation=job.generation)
+        buffer = io.BytesIO()
+        torch.save(model.state_dict(), buffer)
+        staging.write_bytes("model.pt", buffer.getvalue())
+        staging.write_json("model_spec.json", {
+            "task_type": schema.task_type, "target": schema.target, "heterogeneous": schema.is_heterogeneous,
+            "edge_dir": edge_dir, "model": config.model.model_dump(mode="json"),
+        })
+        staging.write_bytes("metrics.jsonl", "".join(json.dumps(line) + "\n" for line in state.history).encode())
+        staging.write_json("metrics.json", final)
+        staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
+        result_entries = dict(staging.entries)
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"metrics": final, "entries": result_entries} if ctx.rank == 0 else None
+
+
+def train(config: GnnflowConfig, input_uri: storage.Uri | str, output: storage.Uri | str) -> storage.PublishedOutput | None:
+    """Runs the step; returns the published model (None on cluster replicas other than the first)."""
+    output = storage.parse_uri(output)
+    storage.open_published(input_uri, step=PARTITION_STEP)  # fail here, before any worker starts
+    cluster = cluster_from_environment()
+    leader = cluster is None or cluster.replica_rank == 0
+    staging = storage.OutputStaging(output, STEP)
+    world_size = config.resources.world_size
+    job = TrainJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, config)
+    log.info("train: %s → %s, %d worker(s), %s", input_uri, output, world_size, config.task.type)
+    start = time.perf_counter()
+    try:
+        results = launch(train_worker, (job,), world_size=world_size, processes_per_replica=config.resources.processes_per_replica)
+    except BaseException:
+        if leader:
+            staging.abort()
+        raise
+    if not leader:
+        return None
+    staging.add_entries(results[0]["entries"])
+    metrics = results[0]["metrics"]
+    published = staging.publish(counts={"epochs": metrics["epochs_run"]}, metadata={"source": str(input_uri), "metrics": metrics})
+    log.info("train: published %s in %.1fs: %s", output, time.perf_counter() - start,
+             ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()))
+    return published
