@@ -2,7 +2,7 @@
 
 (a) Loader: node records (int64 node_id, label, split; float32 features of --dim) in --shards
     shards, each written with `encode_examples` in 8192-row batches as the serialize step does.
-    Measured, each the best of --repeat passes over the same files (page cache warm):
+    Measured, each the best of --repeat rounds over all readers on the same files (page cache warm):
     - raw read: just the files' bytes (`Path.read_bytes`);
     - ours: `decode_tfrecord_file` on those bytes, and `read_entity` (what a loader child
       runs: read + decode + concatenate into torch tensors), one process, one thread;
@@ -60,13 +60,8 @@ if __name__ == "__mp_main__" and os.environ.get(LOG_ENV):
     logging.getLogger("gnnflow").setLevel(logging.INFO)
 
 
-def best(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), result
+def load() -> str:
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
 
 
 def write_shards(folder: Path, ints: dict[str, np.ndarray], floats: dict[str, np.ndarray], shards: int) -> list[Path]:
@@ -133,12 +128,16 @@ def loader_benchmark(args: argparse.Namespace, tmp: Path) -> None:
 
         return run
 
-    measured: dict[str, tuple[float, object]] = {}
     readers = {"raw": raw_read, "decode": decode_ours, "entity": lambda: read_entity(job),
                "gigl_seq": gigl_reader(False), "gigl_par": gigl_reader(True)}
-    for name, fn in readers.items():
-        fn()  # warm-up: page cache, tf.function tracing
-        measured[name] = best(fn, args.repeat)
+    results = {name: fn() for name, fn in readers.items()}  # warm-up: page cache, tf.function tracing
+    times: dict[str, list[float]] = {name: [] for name in readers}
+    for _ in range(args.repeat):  # rounds over all readers, so a busy moment hits them alike
+        for name, fn in readers.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    measured = {name: (min(times[name]), results[name]) for name in readers}
     # Every reader must produce the same rows (the parallel baseline may interleave files).
     want = np.sort(ints["node_id"])
     for name in ("decode", "entity", "gigl_seq", "gigl_par"):
@@ -153,7 +152,8 @@ def loader_benchmark(args: argparse.Namespace, tmp: Path) -> None:
     gigl_size = sum(p.stat().st_size for p in gigl)
     base = measured["gigl_seq"][0]
     print(f"### (a) loader: {rows:,} node rows, dim {dim}, {args.shards} shards "
-          f"(ours {size / 1e6:.1f} MB, GiGL layout {gigl_size / 1e6:.1f} MB), best of {args.repeat}\n")
+          f"(ours {size / 1e6:.1f} MB, GiGL layout {gigl_size / 1e6:.1f} MB), best of {args.repeat} rounds\n")
+    print(f"{load()} (1/5/15 min) at the end of (a)\n")
     print("| measurement | seconds | rows/s | MB/s of our shards | vs GiGL-style sequential | vs GiGL-style AUTOTUNE |")
     print("|---|---:|---:|---:|---:|---:|")
     labels = {
@@ -256,6 +256,7 @@ def partition_benchmark(args: argparse.Namespace, tmp: Path) -> None:
     shard_bytes = sum(e.size for e in serialized.manifest.files.values())
     log_path = tmp / "workers.log"
     os.environ[LOG_ENV] = str(log_path)
+    before = load()
     with PeakMemory() as memory:
         start = time.perf_counter()
         published = partition(serialized.root, tmp / "partitions", PartitionSpec(), world_size=args.world_size)
@@ -271,6 +272,7 @@ def partition_benchmark(args: argparse.Namespace, tmp: Path) -> None:
           f"world_size {args.world_size}\n")
     print(f"input: {len(serialized.manifest.files) - 1} shards + metadata, {shard_bytes / 1e6:.0f} MB (written in "
           f"{write_s:.1f} s, untimed); output {out_bytes / 1e6:.0f} MB; published counts {published.manifest.counts}\n")
+    print(f"{before} before the run, {load()} after it (1/5/15 min)\n")
     print("| measurement | value |")
     print("|---|---:|")
     print(f"| wall time of `partition(...)` (spawn, load, partition, write, publish) | {wall:.1f} s |")
@@ -289,7 +291,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=500_000, help="(a) node rows")
     parser.add_argument("--shards", type=int, default=8, help="(a) shards")
     parser.add_argument("--dim", type=int, default=64, help="feature dimension, (a) and (b)")
-    parser.add_argument("--repeat", type=int, default=3, help="(a) passes per reader; the best counts")
+    parser.add_argument("--repeat", type=int, default=5, help="(a) rounds over all readers; each reader's best counts")
     parser.add_argument("--nodes", type=int, default=1_000_000, help="(b) nodes")
     parser.add_argument("--edges", type=int, default=10_000_000, help="(b) undirected edges")
     parser.add_argument("--world-size", type=int, default=2, help="(b) partition workers")

@@ -422,9 +422,8 @@ def _decode_block(mat: np.ndarray, index: np.ndarray, wanted: Wanted, source: st
         if layout is None:
             break
         sub = mat if len(rest) == len(mat) else mat[rest]
-        # What must match the template per byte: all bits (structure), the continuation bit (int
-        # payload: same varint boundaries), nothing (float payload). The compared bytes are first
-        # gathered into one compact matrix, so the checks and varint decoding stay in cache.
+        # Per byte, what must match the template: all bits (structure), the continuation bit (int
+        # payload), nothing (floats); compared bytes are gathered in one compact, cache-sized matrix.
         care = np.full(mat.shape[1], 0xFF, np.uint8)
         for key, s, e, lens in layout:
             care[s:e] = 0x80 if lens else 0
@@ -494,14 +493,11 @@ def decode_examples(records: Sequence[bytes], int64_keys: Mapping[str, int], flo
 
 def decode_tfrecord_file(data: bytes | bytearray | memoryview, int64_keys: Mapping[str, int],
                          float_keys: Mapping[str, int], *, source: str, verify_crc: bool = True) -> dict[str, np.ndarray]:
-    """Parse a whole TFRecord file's bytes into arrays in file order, as
-    `decode_examples(list(iter_records(...)), ...)` would, but without a bytes object per record:
-    runs of equal-length records (what `encode_examples` writes) decode straight from strided
+    """Parse a whole TFRecord file's bytes into arrays, in file order: what
+    `decode_examples(list(iter_records(...)), ...)` returns, without a bytes object per record.
+    Runs of equal-length records (what `encode_examples` writes) decode straight from strided
     views of `data` (copied once unless it is `bytes`); anything else takes the general path.
-
-    Raises:
-        GnnflowError: as `iter_records` (truncation, crc mismatch: source, record index and byte
-            offset) and `decode_examples` do.
+    Raises GnnflowError as `iter_records` (source, record index, byte offset) and `decode_examples` do.
     """
     raw = data if isinstance(data, bytes) else bytes(data)
     buf = np.frombuffer(raw, np.uint8)

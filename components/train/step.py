@@ -113,8 +113,9 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
         state.model, state.optimizer = model.state_dict(), optimizer.state_dict()
         if ctx.rank == 0:
             checkpoint.save(state, output)
-            log.info("epoch %d: loss %.4f, train %s %.4f, val %s %.4f%s (%.1fs, %d batches)", epoch, result.loss, metric,
-                     result.train.get(metric, float("nan")), metric, val[metric], " *" if improved else "", seconds, result.batches)
+            train_part = f", train {metric} {result.train[metric]:.4f}" if metric in result.train else ""
+            log.info("epoch %d: loss %.4f%s, val %s %.4f%s (%.1fs, %d batches)", epoch, result.loss, train_part, metric,
+                     val[metric], " *" if improved else "", seconds, result.batches)
         dist.barrier()  # nobody starts the next epoch before the checkpoint of this one exists
         if patience is not None and state.epochs_without_improvement >= patience:
             if ctx.rank == 0:

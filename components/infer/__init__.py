@@ -1,0 +1,1 @@
+"""Step ``infer``: embeddings (and predictions) for every node, keyed by original ids, with test metrics."""

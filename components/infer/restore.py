@@ -1,0 +1,86 @@
+"""The trained model, rebuilt from a published train output for the graph in the partitions."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import torch
+from pydantic import ValidationError
+from torch import nn
+
+from components import storage
+from components.config import GnnflowConfig, ModelSpec
+from components.errors import GnnflowError
+from components.schema import GraphSchema
+
+MODEL_FILE = "model.pt"
+SPEC_FILE = "model_spec.json"
+
+
+@dataclass(frozen=True)
+class RestoredModel:
+    """The model in eval mode, and what it was trained as."""
+
+    module: nn.Module  # NodeClassifier or LinkPredictor
+    task_type: str
+    spec: ModelSpec  # the architecture training used (wins over the infer config's model section)
+    edge_dir: str  # the sampling direction training used
+
+
+def model_config(config: GnnflowConfig, spec: ModelSpec) -> GnnflowConfig:
+    """``config`` with the model section training used: the weights only fit that architecture."""
+    return config.model_copy(update={"model": spec})
+
+
+def read_spec(model: storage.PublishedOutput, schema: GraphSchema) -> tuple[dict, ModelSpec]:
+    """model_spec.json, checked against the graph of the partitions."""
+    raw = model.read_json(SPEC_FILE)
+    source = model.uri(SPEC_FILE)
+    try:
+        spec = ModelSpec.model_validate(raw["model"])
+        task_type, target, heterogeneous = raw["task_type"], raw["target"], bool(raw["heterogeneous"])
+        raw["edge_dir"] = str(raw["edge_dir"])
+    except (KeyError, TypeError, ValidationError) as exc:
+        raise GnnflowError(f"{source} is not a valid model spec: {exc}") from None
+    if (task_type, target) != (schema.task_type, schema.target):
+        raise GnnflowError(
+            f"{model.root} was trained for {task_type} on {target!r}, but the partitions are set up for "
+            f"{schema.task_type} on {schema.target!r}"
+        )
+    if heterogeneous != schema.is_heterogeneous:
+        kinds = {True: "heterogeneous", False: "homogeneous"}
+        raise GnnflowError(f"{model.root} was trained on a {kinds[heterogeneous]} graph, the partitions hold a {kinds[schema.is_heterogeneous]} one")
+    return raw, spec
+
+
+def restore_model(model: storage.PublishedOutput, schema: GraphSchema, config: GnnflowConfig, edge_dir: str) -> RestoredModel:
+    """Rebuilds the trained module and loads its weights (``weights_only``: no pickled code runs).
+
+    ``edge_dir`` is the direction the partitions sample in; a heterogeneous model's edge types
+    depend on it, so it must be the one training used.
+    """
+    raw, spec = read_spec(model, schema)
+    if schema.is_heterogeneous and raw["edge_dir"] != edge_dir:
+        raise GnnflowError(
+            f"{model.root} was trained on partitions sampled in direction {raw['edge_dir']!r}, these sample {edge_dir!r}: "
+            "partition with the same partition.edge_assignment as for training"
+        )
+    built = model_config(config, spec)
+    if schema.task_type == "node_classification":
+        from components.train.node_task import build_node_classifier
+
+        module = build_node_classifier(schema, built, raw["edge_dir"])
+    else:
+        from components.train.link_task import build_link_predictor
+
+        module = build_link_predictor(schema, built, raw["edge_dir"])
+    source = model.uri(MODEL_FILE)
+    try:
+        state = torch.load(io.BytesIO(model.read_bytes(MODEL_FILE)), map_location="cpu", weights_only=True)
+        module.load_state_dict(state)
+    except (RuntimeError, ValueError, TypeError, EOFError) as exc:  # torch reports mismatches as RuntimeError
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GnnflowError(f"{source} does not fit the graph in the partitions: {first_line}") from None
+    module.eval()
+    return RestoredModel(module, schema.task_type, spec, raw["edge_dir"])

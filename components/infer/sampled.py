@@ -1,0 +1,86 @@
+"""Sampled inference: GLT's distributed neighbor loader over every node a worker owns, with the
+fan-outs of training, and the encoder on each sampled mini-batch."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from components.infer.outputs import NodeOutputs, class_probabilities, concat_outputs
+from components.infer.restore import RestoredModel
+from components.partition.store import StoredPartition
+from components.runlog import rate
+from components.schema import GraphSchema
+from components.train.sampling import SamplingSetup, node_loader
+
+log = logging.getLogger("gnnflow.infer")
+
+
+def _embed_batch(model: torch.nn.Module, batch, node_type: str, hetero: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(global ids (b,), embeddings (b, hidden)) of the seeds of one GLT batch.
+
+    The encoder is called directly rather than ``model.embed``: a heterogeneous classifier's
+    ``embed`` keeps only the target type, and every type is wanted here.
+    """
+    if hetero:
+        seeds = batch[node_type]
+        size = int(seeds.batch_size)
+        return seeds.node[:size], model.encoder(batch.x_dict, batch.edge_index_dict)[node_type][:size]
+    size = int(batch.batch_size)
+    return batch.node[:size], model.encoder(batch.x, batch.edge_index)[:size]
+
+
+def sampling_types(schema: GraphSchema, edge_dir: str) -> set[str]:
+    """Node types that have edges to sample from: the sources of edge types when sampling
+    out-edges, the destinations when sampling in-edges."""
+    return {e.src_type if edge_dir == "out" else e.dst_type for e in schema.edge_types.values()}
+
+
+def _without_neighbours(model: torch.nn.Module, features: torch.Tensor, node_type: str) -> torch.Tensor:
+    """(n, hidden) embeddings of nodes of a type no edge reaches: the encoder on their own
+    (n, d) features, as on a sampled subgraph of seeds only (which GLT cannot batch)."""
+    return model.encoder({node_type: features.to(torch.float32)}, {})[node_type]
+
+
+@torch.no_grad()
+def sampled_outputs(setup: SamplingSetup, dataset, part: StoredPartition, model: RestoredModel, batch_size: int) -> dict[str, NodeOutputs]:
+    """Embeddings (and class probabilities of the target type) of every node of ``part``, by type.
+
+    Every worker creates one loader per node type with edges to sample, in the same order, own
+    nodes or not: GLT registers each loader's RPC callees collectively, so a worker that skipped
+    one would leave its peers waiting. A worker without nodes of a type samples one borrowed seed
+    and drops it. Types without such edges need no loader (see ``_without_neighbours``).
+    """
+    schema = part.metadata.schema
+    hetero, module = schema.is_heterogeneous, model.module
+    classify = model.task_type == "node_classification"
+    num_classes = schema.node_types[schema.target].num_classes if classify else 0
+    results: dict[str, NodeOutputs] = {}
+    sampled = sampling_types(schema, setup.edge_dir)
+    for index, node_type in enumerate(schema.node_types):
+        own = part.nodes[node_type]["node_id"]
+        with_probabilities = classify and node_type == schema.target
+        if node_type not in sampled:
+            embeddings = _without_neighbours(module, part.nodes[node_type]["features"], node_type)
+            probabilities = class_probabilities(module, embeddings) if with_probabilities else None
+            results[node_type] = NodeOutputs(own.clone(), embeddings, probabilities)
+            log.info("rank %d: %s: %d nodes embedded from their own features (no edges to sample in direction %r)",
+                     setup.ctx.rank, node_type, len(own), setup.edge_dir)
+            continue
+        seeds = own if len(own) else torch.zeros(1, dtype=torch.int64)
+        loader = node_loader(setup, dataset, (node_type, seeds) if hetero else seeds, batch_size=batch_size, shuffle=False,
+                             loader_index=index)
+        start, pieces = time.perf_counter(), []
+        for batch in loader:
+            ids, embeddings = _embed_batch(module, batch, node_type, hetero)
+            probabilities = class_probabilities(module, embeddings) if with_probabilities else None
+            pieces.append(NodeOutputs(ids.clone(), embeddings, probabilities))
+        loader.shutdown()
+        out = concat_outputs(pieces if len(own) else [], model.spec.hidden_channels, with_probabilities, num_classes)
+        seconds = time.perf_counter() - start
+        log.info("rank %d: %s: %d nodes embedded by sampling in %.1fs (%s)", setup.ctx.rank, node_type, len(out.node_ids),
+                 seconds, rate(len(out.node_ids), seconds))
+        results[node_type] = out
+    return results

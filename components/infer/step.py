@@ -1,0 +1,252 @@
+"""Step ``infer``: N workers embed every node of their partitions with the trained model (and, for
+node classification, predict the target type's class), write Parquet shards keyed by the
+original node ids, and recompute the test metrics from those shards.
+
+Modes: ``sampled`` (GLT distributed neighbor loader with the training fan-outs, any graph) and
+``exact`` (layer-wise full-neighbourhood GraphSAGE, homogeneous graphs; see :mod:`.layerwise`).
+Link prediction embeds over the training edges only, as training sampled, so the test edges it
+scores never carried messages.
+
+Output (published atomically; workers write into one generation, the launching process
+publishes once all have finished)::
+
+    embeddings/<node type>/part-<rank>.parquet   node_id, embedding[, prediction, probability]
+    metrics.json                                  test metrics recomputed from the shards
+    config.resolved.yaml
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from components import storage
+from components.config import GnnflowConfig
+from components.errors import GnnflowError
+from components.infer import shards
+from components.infer.layerwise import check_encoder, exact_outputs
+from components.infer.metrics import embeddings_by_id, link_metrics, shard_confusion
+from components.infer.outputs import NodeOutputs
+from components.infer.restore import RestoredModel, model_config, restore_model
+from components.launcher import WorkerContext, cluster_from_environment, launch
+from components.partition.step import STEP as PARTITION_STEP
+from components.partition.store import StoredPartition, read_metadata, read_partition
+from components.schema import NO_LABEL, SPLIT_CODES
+from components.train.step import STEP as TRAIN_STEP
+from components.train.metrics import all_gather_cat, all_sum, classification_metrics
+
+log = logging.getLogger("gnnflow.infer")
+
+STEP = "infer"
+MODES = ("sampled", "exact")
+
+
+@dataclass(frozen=True)
+class InferJob:
+    """Everything a worker needs, passed to each spawned process."""
+
+    partitions: str  # a published partition output
+    model: str  # a published train output
+    output: str
+    generation: str
+    config: GnnflowConfig  # its model section is the one training used
+    mode: str
+
+
+def message_edges(part: StoredPartition) -> dict[str, torch.Tensor] | None:
+    """Edge masks per type of the graph messages flow over (None: every edge).
+
+    Link prediction holds out the target type's validation and test edges, as training did:
+    embeddings that saw a test edge would score it too well.
+    """
+    schema = part.metadata.schema
+    if schema.task_type != "link_prediction":
+        return None
+    from components.train.link_task import training_edges
+
+    return training_edges(part, schema.target)
+
+
+def _labelled_everywhere(part: StoredPartition) -> StoredPartition:
+    """``part`` with a placeholder label (-1) on node types that have none.
+
+    GLT fetches the labels of a loader's seed type like features, from their owners, and fails
+    on a type without them; inference seeds every type, training only the labelled target.
+    """
+    nodes = {t: v if "label" in v else {**v, "label": torch.full((len(v["node_id"]),), NO_LABEL, dtype=torch.int64)}
+             for t, v in part.nodes.items()}
+    return dataclasses.replace(part, nodes=nodes)
+
+
+def _sampled(ctx: WorkerContext, job: InferJob, part: StoredPartition, model: RestoredModel) -> dict[str, NodeOutputs]:
+    import graphlearn_torch as glt
+
+    from components.infer.sampled import sampled_outputs
+    from components.partition.dataset import to_dist_dataset
+    from components.train.sampling import SamplingSetup
+
+    edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
+    dataset = to_dist_dataset(_labelled_everywhere(part), edge_filter=message_edges(part))
+    glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-infer")
+    glt.distributed.init_rpc(master_addr=ctx.master_addr, master_port=ctx.rpc_port, num_rpc_threads=4, rpc_timeout=300)
+    outputs = sampled_outputs(SamplingSetup(ctx, job.config.training, edge_dir), dataset, part, model, job.config.training.eval_batch_size)
+    glt.distributed.barrier()  # peers may still sample from this partition
+    glt.distributed.shutdown_rpc()
+    return outputs
+
+
+def _check_complete(outputs: dict[str, NodeOutputs], part: StoredPartition) -> None:
+    for node_type, nodes in part.nodes.items():
+        if not torch.equal(outputs[node_type].node_ids, nodes["node_id"]):
+            raise RuntimeError(f"partition {part.index}: inference did not cover each of its {node_type!r} nodes exactly once")
+
+
+def _classification_metrics(staging: storage.OutputStaging, part: StoredPartition, originals: dict, rank: int) -> dict[str, float]:
+    """Every worker reads its own target shard back; the confusion matrices are summed."""
+    schema = part.metadata.schema
+    target, nodes = schema.target, part.nodes[schema.target]
+    path = shards.shard_path(target, rank)
+    table = shards.read_shard(staging, path, columns=["node_id", "prediction"])
+    vocabulary = schema.node_types[target].label_vocabulary or []
+    own = originals[target][nodes["node_id"].numpy()]
+    confusion = shard_confusion(table, own, nodes["label"], nodes["split"], vocabulary, str(staging.uri(path)))
+    metrics = classification_metrics(all_sum(confusion))
+    return {"test_accuracy": metrics["accuracy"], "test_macro_f1": metrics["macro_f1"], "test_count": metrics["count"]}
+
+
+def _link_metrics(staging: storage.OutputStaging, part: StoredPartition, originals: dict, paths: list[str], model: RestoredModel,
+                  rank: int, seed: int) -> dict[str, float] | None:
+    """Test edges are gathered to rank 0, which reads every endpoint shard back and scores them."""
+    schema = part.metadata.schema
+    edge = schema.edge_types[schema.target]
+    tensors = part.edges[schema.target]
+    test = (tensors["split"] == SPLIT_CODES["test"]) & (tensors["edge_id"] < edge.count)  # each undirected edge once
+    rows = torch.cat([tensors["edge_id"][test].reshape(-1, 1), tensors["edge_index"][:, test].t()], dim=1)
+    gathered = all_gather_cat(rows)  # (m, 3) edge_id, src, dst
+    if rank != 0:
+        return None
+    positives = gathered[torch.argsort(gathered[:, 0])][:, 1:].t()  # by edge id: the same order for any world size
+
+    def table_of(node_type: str) -> torch.Tensor:
+        folder = f"{shards.EMBEDDINGS_FOLDER}/{node_type}/"
+        tables = [shards.read_shard(staging, p, columns=["node_id", "embedding"]) for p in paths if p.startswith(folder)]
+        return embeddings_by_id(tables, originals[node_type], str(staging.uri(folder)))
+
+    z_src = table_of(edge.src_type)
+    z_dst = z_src if edge.dst_type == edge.src_type else table_of(edge.dst_type)
+    return link_metrics(model.module, z_src, z_dst, positives, seed)
+
+
+def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
+    """One worker; returns the written files, metrics and counts on rank 0, None elsewhere."""
+    ctx.init_process_group()
+    try:
+        # Workers share this machine's cores; intra-op threads beyond their share only contend.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // ctx.local_world_size))
+        generation = [job.generation]  # on a cluster every replica's launcher named its own: rank 0's wins
+        dist.broadcast_object_list(generation, src=0)
+        staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
+        partitions = storage.open_published(job.partitions, step=PARTITION_STEP)
+        part = read_partition(partitions, ctx.rank)
+        schema = part.metadata.schema
+        edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
+        model = restore_model(storage.open_published(job.model, step=TRAIN_STEP), schema, job.config, edge_dir)
+        start = time.perf_counter()
+        if job.mode == "exact":
+            keep = message_edges(part)
+            outputs = exact_outputs(part, model, ctx.rank, keep[schema.target] if keep else None)
+        else:
+            outputs = _sampled(ctx, job, part, model)
+        seconds = time.perf_counter() - start
+        _check_complete(outputs, part)
+        originals = {t: shards.read_id_map(partitions, n) for t, n in schema.node_types.items()}
+        for node_type, out in outputs.items():
+            node = schema.node_types[node_type]
+            vocabulary = node.label_vocabulary if schema.task_type == "node_classification" and node_type == schema.target else None
+            table = shards.shard_table(originals[node_type][out.node_ids.numpy()], out, vocabulary)
+            shards.write_shard(staging, node_type, ctx.rank, table)
+        gathered: list = [None] * ctx.world_size
+        dist.all_gather_object(gathered, (staging.entries, {t: len(o.node_ids) for t, o in outputs.items()}, seconds))
+        paths = sorted(p for entries, _, _ in gathered for p in entries)
+        if schema.task_type == "node_classification":
+            metrics: dict | None = _classification_metrics(staging, part, originals, ctx.rank)
+        else:
+            metrics = _link_metrics(staging, part, originals, paths, model, ctx.rank, job.config.training.seed)
+        if ctx.rank != 0:
+            dist.barrier()
+            return None
+        metrics = {"mode": job.mode, **(metrics or {})}
+        staging.write_json("metrics.json", metrics)
+        staging.write_bytes("config.resolved.yaml", job.config.to_yaml().encode())
+        for entries, _, _ in gathered:
+            staging.add_entries(entries)
+        counts = {f"nodes.{t}": sum(g[1][t] for g in gathered) for t in schema.node_types}
+        dist.barrier()
+        return {"entries": dict(staging.entries), "metrics": metrics, "counts": counts, "seconds": max(g[2] for g in gathered)}
+    finally:
+        dist.destroy_process_group()
+
+
+def _open(uri: storage.Uri | str, step: str, what: str) -> storage.PublishedOutput:
+    try:
+        return storage.open_published(uri, step=step)
+    except GnnflowError as exc:
+        raise GnnflowError(f"{what}: {exc}") from None
+
+
+def infer(config: GnnflowConfig, partitions_uri: storage.Uri | str, model_uri: storage.Uri | str, output: storage.Uri | str,
+          mode: str = "sampled") -> storage.PublishedOutput | None:
+    """Runs the step; returns the published output (None on cluster replicas other than the first)."""
+    if mode not in MODES:
+        raise GnnflowError(f"unknown inference mode {mode!r}: choose one of {', '.join(MODES)}")
+    output = storage.parse_uri(output)
+    # Everything a user can get wrong fails here, before any worker starts.
+    partitions = _open(partitions_uri, PARTITION_STEP, "the partitions")
+    model_output = _open(model_uri, TRAIN_STEP, "the model")
+    metadata = read_metadata(partitions)
+    schema = metadata.schema
+    world_size = config.resources.world_size
+    if world_size != metadata.num_partitions:
+        raise GnnflowError(f"world size {world_size} does not match the {metadata.num_partitions} partitions of {partitions.root}: "
+                           f"infer runs one worker per partition (set resources.world_size or --world-size to {metadata.num_partitions})")
+    if mode == "exact" and schema.is_heterogeneous:
+        raise GnnflowError(f"--mode exact supports homogeneous graphs; {partitions.root} holds {len(schema.node_types)} node types "
+                           f"and {len(schema.edge_types)} edge types: use --mode sampled")
+    restored = restore_model(model_output, schema, config, "out" if metadata.edge_assignment == "src" else "in")
+    if mode == "exact":
+        check_encoder(restored.module.encoder)
+    if mode == "sampled" and len(config.training.fan_outs) != restored.spec.num_layers:
+        raise GnnflowError(f"training.fan_outs has {len(config.training.fan_outs)} entries, the model has {restored.spec.num_layers} "
+                           "layers: give one fan-out per layer")
+    if restored.spec != config.model:
+        log.warning("the config's model section differs from the one %s was trained with; using the trained one", model_output.root)
+    cluster = cluster_from_environment()
+    leader = cluster is None or cluster.replica_rank == 0
+    staging = storage.OutputStaging(output, STEP)
+    job = InferJob(str(partitions.root), str(model_output.root), str(output), staging.generation, model_config(config, restored.spec), mode)
+    log.info("infer: %s with %s → %s, %d worker(s), %s mode", partitions.root, model_output.root, output, world_size, mode)
+    start = time.perf_counter()
+    try:
+        results = launch(infer_worker, (job,), world_size=world_size, processes_per_replica=config.resources.processes_per_replica)
+    except BaseException:
+        if leader:
+            staging.abort()
+        raise
+    if not leader:
+        return None
+    result = results[0]
+    staging.add_entries(result["entries"])
+    metrics, counts = result["metrics"], result["counts"]
+    metadata_out = {"partitions": str(partitions.root), "model": str(model_output.root), "mode": mode, "metrics": metrics}
+    published = staging.publish(counts={**counts, "workers": world_size}, metadata=metadata_out)
+    total = sum(counts.values())
+    log.info("infer: %d nodes embedded in %.1fs (%.0f nodes/s, slowest worker) out of %.1fs in all; published %s/%s",
+             total, result["seconds"], total / max(result["seconds"], 1e-9), time.perf_counter() - start, output, shards.EMBEDDINGS_FOLDER)
+    log.info("infer: %s", ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()))
+    return published
