@@ -44,11 +44,11 @@ FIELDS: tuple[str, ...] = ("theory", "systems", "applications", "data", "interdi
 # words alone lands well short of what the graph allows.
 _PREFERRED_WORD_PROBABILITY = 0.16
 _BACKGROUND_WORD_PROBABILITY = 0.07
-_CITES_AVG_DEGREE = 4.0
-_CITES_HOMOPHILY = 0.6
+_CITES_AVG_DEGREE = 6.0
+_CITES_HOMOPHILY = 0.8
 _MIN_PAPERS_PER_AUTHOR = 2
 _MAX_PAPERS_PER_AUTHOR = 6
-_HOME_CLASS_AFFINITY = 0.85  # probability that a paper an author writes is of the home class
+_HOME_CLASS_AFFINITY = 0.95  # probability that a paper an author writes is of the home class
 _MAX_SAMPLING_ROUNDS = 100
 
 

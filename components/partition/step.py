@@ -42,47 +42,44 @@ class PartitionJob:
 def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage.FileEntry] | None:
     """One worker; returns every written file's entry on rank 0, None elsewhere."""
     ctx.init_process_group()
-    try:
-        # On a cluster every replica's launcher named its own generation: rank 0's wins.
-        generation = [job.generation]
-        dist.broadcast_object_list(generation, src=0)
-        staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
-        serialized = storage.open_published(job.input, step=SERIALIZE_STEP)
-        metadata = read_graph_metadata(serialized)
-        graph = load_graph(serialized, metadata, ctx.rank, ctx.world_size, parallel=job.options.load_in_parallel)
+    # On a cluster every replica's launcher named its own generation: rank 0's wins.
+    generation = [job.generation]
+    dist.broadcast_object_list(generation, src=0)
+    staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
+    serialized = storage.open_published(job.input, step=SERIALIZE_STEP)
+    metadata = read_graph_metadata(serialized)
+    graph = load_graph(serialized, metadata, ctx.rank, ctx.world_size, parallel=job.options.load_in_parallel)
+    dist.barrier()
+    start = time.perf_counter()
+    part = partition_graph(graph, metadata, ctx.rank, ctx.world_size, by=job.options.edge_assignment, seed=job.options.seed)
+    del graph
+    entries = write_partition(part, staging)
+    node_counts = {t: len(v["node_id"]) for t, v in part.nodes.items()}
+    edge_counts = {t: len(v["edge_id"]) for t, v in part.edges.items()}
+    log.info("rank %d: partition %d holds %s nodes and %s edges (%.1fs)", ctx.rank, ctx.rank, node_counts, edge_counts,
+             time.perf_counter() - start)
+    gathered: list = [None] * ctx.world_size
+    dist.all_gather_object(gathered, (entries, node_counts, edge_counts))
+    if ctx.rank != 0:
         dist.barrier()
-        start = time.perf_counter()
-        part = partition_graph(graph, metadata, ctx.rank, ctx.world_size, by=job.options.edge_assignment, seed=job.options.seed)
-        del graph
-        entries = write_partition(part, staging)
-        node_counts = {t: len(v["node_id"]) for t, v in part.nodes.items()}
-        edge_counts = {t: len(v["edge_id"]) for t, v in part.edges.items()}
-        log.info("rank %d: partition %d holds %s nodes and %s edges (%.1fs)", ctx.rank, ctx.rank, node_counts, edge_counts,
-                 time.perf_counter() - start)
-        gathered: list = [None] * ctx.world_size
-        dist.all_gather_object(gathered, (entries, node_counts, edge_counts))
-        if ctx.rank != 0:
-            dist.barrier()
-            return None
-        write_books(part, staging)
-        for node in metadata.node_types.values():
-            for rel in node.id_map_files:
-                storage.copy_file(serialized.uri(rel), staging.uri(rel))
-                staging.add_entries({rel: serialized.manifest.files[rel]})
-        summary = PartitionMetadata(
-            num_partitions=ctx.world_size,
-            edge_assignment=job.options.edge_assignment,
-            node_counts={t: [g[1][t] for g in gathered] for t in metadata.node_types},
-            edge_counts={t: [g[2][t] for g in gathered] for t in metadata.edge_types},
-            graph=json.loads(metadata.to_json()),
-        )
-        staging.write_bytes(METADATA_FILE, summary.to_json().encode())
-        for worker_entries, _, _ in gathered:
-            staging.add_entries(worker_entries)
-        dist.barrier()
-        return dict(staging.entries)
-    finally:
-        dist.destroy_process_group()
+        return None
+    write_books(part, staging)
+    for node in metadata.node_types.values():
+        for rel in node.id_map_files:
+            storage.copy_file(serialized.uri(rel), staging.uri(rel))
+            staging.add_entries({rel: serialized.manifest.files[rel]})
+    summary = PartitionMetadata(
+        num_partitions=ctx.world_size,
+        edge_assignment=job.options.edge_assignment,
+        node_counts={t: [g[1][t] for g in gathered] for t in metadata.node_types},
+        edge_counts={t: [g[2][t] for g in gathered] for t in metadata.edge_types},
+        graph=json.loads(metadata.to_json()),
+    )
+    staging.write_bytes(METADATA_FILE, summary.to_json().encode())
+    for worker_entries, _, _ in gathered:
+        staging.add_entries(worker_entries)
+    dist.barrier()
+    return dict(staging.entries)
 
 
 def partition(input_uri: storage.Uri | str, output: storage.Uri | str, options: PartitionSpec, world_size: int,

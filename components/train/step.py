@@ -142,7 +142,6 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
         staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
         result_entries = dict(staging.entries)
     dist.barrier()
-    dist.destroy_process_group()
     return {"metrics": final, "entries": result_entries} if ctx.rank == 0 else None
 
 
