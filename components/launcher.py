@@ -198,6 +198,16 @@ class _Worker:
 _Failure = tuple[int, float, int, WorkerFailed]  # (0 silent death / 1 error, time, rank, error): cause sorts first
 
 
+_ROOT_CAUSE_WAIT_S = 3.0
+# What a worker sees when a peer died or failed first: the peer's failure is the cause.
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def _collateral(failure: _Failure) -> bool:
+    """Whether a reported error is only the echo of another worker's failure."""
+    return failure[0] != 0 and any(text in failure[3].reason for text in _PEER_GONE)
+
+
 class _Launch:
     """One launch: this replica's worker processes, watched until all have exited."""
 
@@ -246,7 +256,11 @@ class _Launch:
             if failures := self._collect(_POLL_S):
                 # A peer's error is often a consequence of a death (gloo: "connection closed by
                 # peer") visible by now: look once more, blame deaths first, then the earliest error.
-                raise min(failures + self._collect(0), key=lambda failure: failure[:3])[3]
+                failures += self._collect(0)
+                deadline = time.monotonic() + _ROOT_CAUSE_WAIT_S
+                while all(_collateral(f) for f in failures) and (left := deadline - time.monotonic()) > 0:
+                    failures += self._collect(left)
+                raise min(failures, key=lambda f: (f[0], _collateral(f), *f[1:3]))[3]
             now = time.monotonic()
             if now > start_deadline and (late := [w.context.rank for w in self.workers if not (w.started or w.exited)]):
                 raise WorkerFailed(late[0], f"did not start within {self.start_timeout_s:.0f} s")

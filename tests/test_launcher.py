@@ -28,14 +28,16 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _children() -> list[psutil.Process]:
-    """This process's descendants, less multiprocessing's resource tracker.
+_NOT_WORKERS = ("resource_tracker", "fake-gcs-server")
 
-    The tracker is started once per process by the first 'spawn' and lives as long as it
-    does (it unlinks semaphores and shared memory that dead workers leaked); it is not a
-    worker's leftover.
+
+def _children() -> list[psutil.Process]:
+    """This process's descendants, less those no worker started.
+
+    Multiprocessing's resource tracker is started once per process by the first 'spawn' and
+    lives as long as it does; the session's GCS emulator belongs to the test session.
     """
-    return [child for child in psutil.Process().children(recursive=True) if "resource_tracker" not in " ".join(child.cmdline())]
+    return [c for c in psutil.Process().children(recursive=True) if not any(n in " ".join(c.cmdline()) for n in _NOT_WORKERS)]
 
 
 def _new_shm_files(before: set[str]) -> set[str]:

@@ -106,6 +106,21 @@ def partition_nodes(graph: LoadedGraph, metadata: GraphSchema, rank: int, world_
         part.node_books[name] = book.to(torch.int16)
 
 
+def stored_edge_types(metadata: GraphSchema) -> dict[str, tuple[str, str, str]]:
+    """Every edge type a partition stores, name → (src type, relation, dst type).
+
+    The schema's types, plus ``<dst>__rev_<relation>__<src>`` for each undirected edge type
+    between two different node types (its rows reversed, same edge ids): GLT samples along
+    stored edges only, so without it nodes at the destination end never reach the sources.
+    """
+    types: dict[str, tuple[str, str, str]] = {}
+    for name, edge in metadata.edge_types.items():
+        types[name] = (edge.src_type, edge.relation, edge.dst_type)
+        if edge.undirected and edge.src_type != edge.dst_type:
+            types[f"{edge.dst_type}__rev_{edge.relation}__{edge.src_type}"] = (edge.dst_type, f"rev_{edge.relation}", edge.src_type)
+    return types
+
+
 def partition_edges(graph: LoadedGraph, metadata: GraphSchema, rank: int, world_size: int, by: str, part: GraphPartition) -> None:
     for name, edge in metadata.edge_types.items():
         loaded = graph.edges[name]
@@ -121,21 +136,30 @@ def partition_edges(graph: LoadedGraph, metadata: GraphSchema, rank: int, world_
             src, dst = torch.cat([src, dst]), torch.cat([dst, src])
             eid = torch.cat([eid, eid + edge.count])
             rows = {k: torch.cat([v, v]) for k, v in rows.items()}
-        owner_type, owner_ids = (edge.src_type, src) if by == "src" else (edge.dst_type, dst)
-        owner = part.node_books[owner_type].to(torch.int64)[owner_ids]
         stored = edge.count * (2 if edge.undirected and edge.src_type == edge.dst_type else 1)
-        book = torch.zeros(stored, dtype=torch.int32)
-        book[eid] = owner.to(torch.int32)
-        dist.all_reduce(book)  # each edge is loaded by exactly one worker: the sum is its owner
-        mine = exchange({"edge_index": torch.stack([src, dst], dim=1), "edge_id": eid, **rows}, owner, world_size)
-        order = torch.argsort(mine["edge_id"])
-        part.edges[name] = {
-            "edge_index": mine["edge_index"][order].t().contiguous(),
-            "edge_id": mine["edge_id"][order],
-            "features": mine["features"][order],
-            "split": mine["split"][order],
-        }
-        part.edge_books[name] = book.to(torch.int16)
+        _store_edges(name, (edge.src_type, edge.dst_type), src, dst, eid, rows, stored, world_size, by, part)
+        if edge.undirected and edge.src_type != edge.dst_type:
+            reverse = f"{edge.dst_type}__rev_{edge.relation}__{edge.src_type}"
+            _store_edges(reverse, (edge.dst_type, edge.src_type), dst, src, eid, rows, edge.count, world_size, by, part)
+
+
+def _store_edges(name: str, ends: tuple[str, str], src: torch.Tensor, dst: torch.Tensor, eid: torch.Tensor,
+                 rows: dict[str, torch.Tensor], stored: int, world_size: int, by: str, part: GraphPartition) -> None:
+    """Sends each edge to the owner of its source (or destination) and records the edge book."""
+    owner_type, owner_ids = (ends[0], src) if by == "src" else (ends[1], dst)
+    owner = part.node_books[owner_type].to(torch.int64)[owner_ids]
+    book = torch.zeros(stored, dtype=torch.int32)
+    book[eid] = owner.to(torch.int32)
+    dist.all_reduce(book)  # each edge is loaded by exactly one worker: the sum is its owner
+    mine = exchange({"edge_index": torch.stack([src, dst], dim=1), "edge_id": eid, **rows}, owner, world_size)
+    order = torch.argsort(mine["edge_id"])
+    part.edges[name] = {
+        "edge_index": mine["edge_index"][order].t().contiguous(),
+        "edge_id": mine["edge_id"][order],
+        "features": mine["features"][order],
+        "split": mine["split"][order],
+    }
+    part.edge_books[name] = book.to(torch.int16)
 
 
 def partition_graph(graph: LoadedGraph, metadata: GraphSchema, rank: int, world_size: int, *, by: str = "src", seed: int = 0) -> GraphPartition:

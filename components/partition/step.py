@@ -19,7 +19,7 @@ from components import storage
 from components.config import PartitionSpec
 from components.launcher import WorkerContext, cluster_from_environment, launch
 from components.partition.loading import load_graph
-from components.partition.partitioner import partition_graph
+from components.partition.partitioner import partition_graph, stored_edge_types
 from components.partition.store import METADATA_FILE, PartitionMetadata, write_books, write_partition
 from components.serialize.step import STEP as SERIALIZE_STEP
 from components.serialize.step import read_graph_metadata
@@ -72,7 +72,7 @@ def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage
         num_partitions=ctx.world_size,
         edge_assignment=job.options.edge_assignment,
         node_counts={t: [g[1][t] for g in gathered] for t in metadata.node_types},
-        edge_counts={t: [g[2][t] for g in gathered] for t in metadata.edge_types},
+        edge_counts={t: [g[2][t] for g in gathered] for t in stored_edge_types(metadata)},
         graph=json.loads(metadata.to_json()),
     )
     staging.write_bytes(METADATA_FILE, summary.to_json().encode())

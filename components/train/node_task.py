@@ -13,7 +13,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from components.config import GnnflowConfig
-from components.partition.dataset import NodeSplits, edge_type_tuple
+from components.partition.dataset import NodeSplits
+from components.partition.partitioner import stored_edge_types
 from components.partition.store import StoredPartition
 from components.runlog import progress
 from components.schema import GraphSchema
@@ -28,9 +29,13 @@ def build_node_classifier(schema: GraphSchema, config: GnnflowConfig, edge_dir: 
     if not schema.is_heterogeneous:
         return NodeClassifier(homogeneous_encoder(target.feature_dim, spec), spec.hidden_channels, target.num_classes)
     # GLT hands out-edge samples as reversed edge types, so messages flow towards the seeds.
-    edge_types = [edge_type_tuple(e) for e in schema.edge_types]
+    # GLT names out-edge samples by reverse_edge_type: (s, r, d) → (d, rev_r, s) across node
+    # types, unchanged within one; in-edge samples keep the stored name.
+    from graphlearn_torch.typing import reverse_edge_type
+
+    edge_types = list(stored_edge_types(schema).values())
     if edge_dir == "out":
-        edge_types = [(d, f"rev_{r}", s) for s, r, d in edge_types]
+        edge_types = [reverse_edge_type(e) for e in edge_types]
     encoder = HeteroSAGE({t: n.feature_dim for t, n in schema.node_types.items()}, edge_types, spec)
     return NodeClassifier(encoder, spec.hidden_channels, target.num_classes, target=schema.target)
 
