@@ -259,7 +259,7 @@ def test_exact_mode_on_a_heterogeneous_graph_is_refused(trained, tmp_path):
         staging.write_bytes(METADATA_FILE, hetero.to_json().encode())
         staging.publish()
     # Sampled mode embeds authors (no in-edges) from their own features when sampling in-edges.
-    assert sampling_types(hetero.schema, "out") == {"node", "author"} and sampling_types(hetero.schema, "in") == {"node"}
+    assert sampling_types(hetero.edge_counts, "out") == {"node", "author"} and sampling_types(hetero.edge_counts, "in") == {"node"}
     with pytest.raises(GnnflowError, match="exact supports homogeneous graphs"):
         infer(trained.config, tmp_path / "parts", trained.root / "run" / "model", tmp_path / "out", mode="exact")
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 
 import torch
 
 from components.infer.outputs import NodeOutputs, class_probabilities, concat_outputs
 from components.infer.restore import RestoredModel
+from components.partition.dataset import edge_type_tuple
 from components.partition.store import StoredPartition
 from components.runlog import rate
-from components.schema import GraphSchema
 from components.train.sampling import SamplingSetup, node_loader
 
 log = logging.getLogger("gnnflow.infer")
@@ -32,10 +33,11 @@ def _embed_batch(model: torch.nn.Module, batch, node_type: str, hetero: bool) ->
     return batch.node[:size], model.encoder(batch.x, batch.edge_index)[:size]
 
 
-def sampling_types(schema: GraphSchema, edge_dir: str) -> set[str]:
-    """Node types that have edges to sample from: the sources of edge types when sampling
-    out-edges, the destinations when sampling in-edges."""
-    return {e.src_type if edge_dir == "out" else e.dst_type for e in schema.edge_types.values()}
+def sampling_types(stored_edge_types: Iterable[str], edge_dir: str) -> set[str]:
+    """Node types that have edges to sample from, given the edge types the partitions store
+    (``src__relation__dst``): their sources when sampling out-edges, destinations for in-edges."""
+    ends = [edge_type_tuple(name) for name in stored_edge_types]
+    return {src if edge_dir == "out" else dst for src, _, dst in ends}
 
 
 def _without_neighbours(model: torch.nn.Module, features: torch.Tensor, node_type: str) -> torch.Tensor:
@@ -58,7 +60,7 @@ def sampled_outputs(setup: SamplingSetup, dataset, part: StoredPartition, model:
     classify = model.task_type == "node_classification"
     num_classes = schema.node_types[schema.target].num_classes if classify else 0
     results: dict[str, NodeOutputs] = {}
-    sampled = sampling_types(schema, setup.edge_dir)
+    sampled = sampling_types(part.metadata.edge_counts, setup.edge_dir)
     for index, node_type in enumerate(schema.node_types):
         own = part.nodes[node_type]["node_id"]
         with_probabilities = classify and node_type == schema.target

@@ -85,5 +85,5 @@ def rows_of(originals: np.ndarray, node_ids: pa.ChunkedArray | pa.Array, where: 
 def embedding_matrix(table: pa.Table) -> torch.Tensor:
     """(rows, hidden) float32 from the ``embedding`` list column."""
     column = table.column("embedding").combine_chunks()
-    flat = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    flat = np.array(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)  # a copy: Arrow's buffers are read-only
     return torch.from_numpy(flat.reshape(len(column), -1) if len(column) else np.zeros((0, 0), np.float32))

@@ -143,54 +143,63 @@ def _link_metrics(staging: storage.OutputStaging, part: StoredPartition, origina
     return link_metrics(model.module, z_src, z_dst, positives, seed)
 
 
+def _write_shards(staging: storage.OutputStaging, part: StoredPartition, outputs: dict[str, NodeOutputs], originals: dict, rank: int) -> None:
+    schema = part.metadata.schema
+    for node_type, out in outputs.items():
+        node = schema.node_types[node_type]
+        vocabulary = node.label_vocabulary if schema.task_type == "node_classification" and node_type == schema.target else None
+        table = shards.shard_table(originals[node_type][out.node_ids.numpy()], out, vocabulary)
+        shards.write_shard(staging, node_type, rank, table)
+
+
 def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
-    """One worker; returns the written files, metrics and counts on rank 0, None elsewhere."""
+    """One worker; returns the written files, metrics and counts on rank 0, None elsewhere.
+
+    It ends with a barrier and leaves the process group as it is: the launcher ends the process
+    once the result is sent. (In torch 2.3 ``destroy_process_group`` right after a gloo
+    collective can deadlock: its destructor holds the GIL while a gloo thread needs it to free
+    the collective's tensors; a worker stuck there with its result unsent stalls the step.)
+    """
     ctx.init_process_group()
-    try:
-        # Workers share this machine's cores; intra-op threads beyond their share only contend.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // ctx.local_world_size))
-        generation = [job.generation]  # on a cluster every replica's launcher named its own: rank 0's wins
-        dist.broadcast_object_list(generation, src=0)
-        staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
-        partitions = storage.open_published(job.partitions, step=PARTITION_STEP)
-        part = read_partition(partitions, ctx.rank)
-        schema = part.metadata.schema
-        edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
-        model = restore_model(storage.open_published(job.model, step=TRAIN_STEP), schema, job.config, edge_dir)
-        start = time.perf_counter()
-        if job.mode == "exact":
-            keep = message_edges(part)
-            outputs = exact_outputs(part, model, ctx.rank, keep[schema.target] if keep else None)
-        else:
-            outputs = _sampled(ctx, job, part, model)
-        seconds = time.perf_counter() - start
-        _check_complete(outputs, part)
-        originals = {t: shards.read_id_map(partitions, n) for t, n in schema.node_types.items()}
-        for node_type, out in outputs.items():
-            node = schema.node_types[node_type]
-            vocabulary = node.label_vocabulary if schema.task_type == "node_classification" and node_type == schema.target else None
-            table = shards.shard_table(originals[node_type][out.node_ids.numpy()], out, vocabulary)
-            shards.write_shard(staging, node_type, ctx.rank, table)
-        gathered: list = [None] * ctx.world_size
-        dist.all_gather_object(gathered, (staging.entries, {t: len(o.node_ids) for t, o in outputs.items()}, seconds))
+    # Workers share this machine's cores; intra-op threads beyond their share only contend.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // ctx.local_world_size))
+    generation = [job.generation]  # on a cluster every replica's launcher named its own: rank 0's wins
+    dist.broadcast_object_list(generation, src=0)
+    staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
+    partitions = storage.open_published(job.partitions, step=PARTITION_STEP)
+    part = read_partition(partitions, ctx.rank)
+    schema = part.metadata.schema
+    edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
+    model = restore_model(storage.open_published(job.model, step=TRAIN_STEP), schema, job.config, edge_dir)
+    start = time.perf_counter()
+    if job.mode == "exact":
+        keep = message_edges(part)
+        outputs = exact_outputs(part, model, ctx.rank, keep[schema.target] if keep else None)
+    else:
+        outputs = _sampled(ctx, job, part, model)
+    seconds = time.perf_counter() - start
+    _check_complete(outputs, part)
+    originals = {t: shards.read_id_map(partitions, n) for t, n in schema.node_types.items()}
+    _write_shards(staging, part, outputs, originals, ctx.rank)
+    # After this every shard is written: rank 0 may read any of them.
+    gathered: list = [None] * ctx.world_size
+    dist.all_gather_object(gathered, (staging.entries, {t: len(o.node_ids) for t, o in outputs.items()}, seconds))
+    if schema.task_type == "node_classification":
+        metrics = _classification_metrics(staging, part, originals, ctx.rank)
+    else:
         paths = sorted(p for entries, _, _ in gathered for p in entries)
-        if schema.task_type == "node_classification":
-            metrics: dict | None = _classification_metrics(staging, part, originals, ctx.rank)
-        else:
-            metrics = _link_metrics(staging, part, originals, paths, model, ctx.rank, job.config.training.seed)
-        if ctx.rank != 0:
-            dist.barrier()
-            return None
-        metrics = {"mode": job.mode, **(metrics or {})}
-        staging.write_json("metrics.json", metrics)
-        staging.write_bytes("config.resolved.yaml", job.config.to_yaml().encode())
-        for entries, _, _ in gathered:
-            staging.add_entries(entries)
-        counts = {f"nodes.{t}": sum(g[1][t] for g in gathered) for t in schema.node_types}
-        dist.barrier()
-        return {"entries": dict(staging.entries), "metrics": metrics, "counts": counts, "seconds": max(g[2] for g in gathered)}
-    finally:
-        dist.destroy_process_group()
+        metrics = _link_metrics(staging, part, originals, paths, model, ctx.rank, job.config.training.seed)
+    if ctx.rank != 0:
+        dist.barrier()  # nobody leaves while rank 0 may still talk to it
+        return None
+    metrics = {"mode": job.mode, **(metrics or {})}
+    staging.write_json("metrics.json", metrics)
+    staging.write_bytes("config.resolved.yaml", job.config.to_yaml().encode())
+    for entries, _, _ in gathered:
+        staging.add_entries(entries)
+    counts = {f"nodes.{t}": sum(g[1][t] for g in gathered) for t in schema.node_types}
+    dist.barrier()
+    return {"entries": dict(staging.entries), "metrics": metrics, "counts": counts, "seconds": max(g[2] for g in gathered)}
 
 
 def _open(uri: storage.Uri | str, step: str, what: str) -> storage.PublishedOutput:
