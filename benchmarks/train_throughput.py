@@ -42,6 +42,7 @@ import multiprocessing
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -55,6 +56,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 WRITE_BATCH = 8192  # rows per encode_examples call, as serialize's Parquet batches
+CONCURRENCY_ENV = "GNNFLOW_BENCH_SAMPLER_CONCURRENCY"
+
+if __name__ == "__mp_main__" and os.environ.get(CONCURRENCY_ENV):
+    # Spawned train workers import this file as __mp_main__ first: here the "multiprocess-fixed" rows raise
+    # the worker_concurrency that components/train/sampling.py passes to GLT (GLT sizes the sample channel
+    # as num_workers * worker_concurrency messages; with 1 it deadlocks after the first batch).
+    import graphlearn_torch.distributed as _glt_distributed
+
+    _mp_options = _glt_distributed.MpDistSamplingWorkerOptions
+
+    def _mp_options_with_concurrency(*args, **kwargs):
+        kwargs["worker_concurrency"] = max(kwargs.get("worker_concurrency", 1), int(os.environ[CONCURRENCY_ENV]))
+        return _mp_options(*args, **kwargs)
+
+    _glt_distributed.MpDistSamplingWorkerOptions = _mp_options_with_concurrency
 
 
 # ----------------------------------------------------------------------------- the graph
@@ -222,6 +238,7 @@ def pyg_baseline(graph_path: str, threads: int, epochs: int, batch_size: int, fa
     for epoch in range(epochs):
         model.train()
         load_before = load1()
+        cpu_start = time.process_time()
         start = time.perf_counter()
         batches, total_loss, count = 0, 0.0, 0
         confusion = torch.zeros((classes, classes), dtype=torch.int64)
@@ -238,7 +255,7 @@ def pyg_baseline(graph_path: str, threads: int, epochs: int, batch_size: int, fa
             batches += 1
             confusion += confusion_matrix(logits.argmax(-1).detach(), target, classes)
         seconds = time.perf_counter() - start
-        rows.append({"epoch": epoch, "seconds": seconds, "batches": batches, "loss": total_loss / count,
+        rows.append({"epoch": epoch, "seconds": seconds, "batches": batches, "cpu_s": time.process_time() - cpu_start, "loss": total_loss / count,
                      "train_accuracy": float(confusion.diag().sum() / confusion.sum()), "load_before": load_before, "load_after": load1()})
     # Sampling alone (one pass over the loader, no model), to split the epoch into its parts.
     start = time.perf_counter()
@@ -271,18 +288,66 @@ def run_pyg(graph_path: Path, threads: int, args: argparse.Namespace) -> dict:
 # ----------------------------------------------------------------------------- GLT train step
 
 
-def run_glt(partitions, out: Path, world_size: int, args: argparse.Namespace, **training) -> dict:
+class Timeout(Exception):
+    pass
+
+
+def _sysv_segments() -> list[dict[str, int]]:
+    """SysV shared-memory segments (GLT's sample channels are such segments)."""
+    try:
+        with open("/proc/sysvipc/shm") as table:
+            header, *rows = [line.split() for line in table]
+    except OSError:
+        return []
+    return [{k: int(v) for k, v in zip(header, row)} for row in rows]
+
+
+def run_glt(partitions, out: Path, world_size: int, args: argparse.Namespace, timeout_s: float | None = None,
+            concurrency: int | None = None, **training) -> dict:
+    """`train()` with one config; on a time-out (SIGALRM in this thread) the launcher's own cleanup ends the workers."""
+    import signal
+
+    from components.errors import GnnflowError
     from components.train.step import train
 
     config = make_config(args, world_size, **training)
     load_before = load1()
-    with PeakMemory() as memory:
-        start = time.perf_counter()
-        published = train(config, partitions, out)
-        wall = time.perf_counter() - start
-    lines = [json.loads(line) for line in published.read_bytes("metrics.jsonl").decode().splitlines()]
-    return {"epochs": lines, "final": published.read_json("metrics.json"), "wall": wall, "memory": memory.workers()[:world_size],
-            "load_before": load_before, "load_after": load1()}
+    if concurrency:
+        os.environ[CONCURRENCY_ENV] = str(concurrency)
+
+    def expire(signum, frame):
+        raise Timeout()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    published, wall = None, None
+    try:
+        with PeakMemory() as memory:
+            start = time.perf_counter()
+            if timeout_s:
+                signal.alarm(int(timeout_s))
+            failed = None
+            try:
+                published = train(config, partitions, out)
+            except Timeout:
+                pass
+            except GnnflowError as error:  # a worker failed: reported as this run's result
+                failed = str(error)
+            finally:
+                signal.alarm(0)
+            wall = time.perf_counter() - start
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+        os.environ.pop(CONCURRENCY_ENV, None)
+    result = {"wall": wall, "memory": memory.workers()[:world_size], "load_before": load_before, "load_after": load1(),
+              "timed_out": published is None and failed is None, "failed": failed}
+    # Segments that the workers created and nobody holds any more (leaked by a killed run).
+    workers = {pid for _, pid in sorted(memory.peaks)}
+    leaked = [s for s in _sysv_segments() if s["cpid"] in workers and s["nattch"] == 0]
+    result["leaked_segments"] = [(s["shmid"], s["size"]) for s in leaked]
+    if published is not None:
+        result["epochs"] = [json.loads(line) for line in published.read_bytes("metrics.jsonl").decode().splitlines()]
+        result["final"] = published.read_json("metrics.json")
+    return result
 
 
 # ----------------------------------------------------------------------------- profile
@@ -339,7 +404,7 @@ def profile_worker(ctx, partitions_uri: str, config, collect_batches: int, num_r
     start = time.perf_counter()
     nodes_sampled, n_bare = 0, 0
     for batch in bare:
-        nodes_sampled += batch.num_nodes
+        nodes_sampled += batch.node.numel()
         n_bare += 1
     timings["sample_no_features_s"] = time.perf_counter() - start
     bare.shutdown()
@@ -402,8 +467,8 @@ def main() -> None:
     parser.add_argument("--edges", type=int, default=1_166_243, help="undirected edges")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--classes", type=int, default=40)
-    parser.add_argument("--homophily", type=float, default=0.7, help="fraction of edges inside a class")
-    parser.add_argument("--signal", type=float, default=0.15, help="class-centre scale in the features (noise std 1)")
+    parser.add_argument("--homophily", type=float, default=0.6, help="fraction of edges inside a class")
+    parser.add_argument("--signal", type=float, default=0.12, help="class-centre scale in the features (noise std 1)")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--fan-outs", type=lambda s: [int(v) for v in s.split(",")], default=[15, 10])
     parser.add_argument("--epochs", type=int, default=2, help="GLT epochs")
@@ -411,7 +476,14 @@ def main() -> None:
     parser.add_argument("--pyg-threads", type=lambda s: [int(v) for v in s.split(",") if v], default=[2, 1])
     parser.add_argument("--worlds", type=lambda s: [int(v) for v in s.split(",") if v], default=[1, 2])
     parser.add_argument("--variants", type=lambda s: [v for v in s.split(",") if v], default=[],
-                        help="extra GLT rows on 2 workers: multiprocess (sampling: multiprocess, 1 sampling worker)")
+                        help="extra GLT rows: multiprocess (sampling: multiprocess, 1 sampling worker, config as is), "
+                             "multiprocess-fixed (the same with GLT worker_concurrency 2)")
+    parser.add_argument("--variant-worlds", type=lambda s: [int(v) for v in s.split(",") if v], default=[2])
+    parser.add_argument("--variant-timeout", type=float, default=150, help="seconds before the (hanging) multiprocess run is killed")
+    parser.add_argument("--fixed-timeout", type=float, default=600, help="seconds before a multiprocess-fixed run is killed")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of every setup, interleaved; the summary takes the fastest")
+    parser.add_argument("--repeat-setups", type=lambda s: [v for v in s.split(",") if v], default=[],
+                        help="setups that run again after the first round (default: all), e.g. pyg/2,collocated/1,collocated/2")
     parser.add_argument("--profile", type=lambda s: [int(v) for v in s.split(",") if v], default=[],
                         help="world sizes to profile (instead of nothing); see the docstring")
     parser.add_argument("--profile-rpc-threads", type=lambda s: [int(v) for v in s.split(",") if v], default=[4])
@@ -432,7 +504,8 @@ def main() -> None:
 
     print(f"python={platform.python_version()} torch={torch.__version__} torch_geometric={torch_geometric.__version__} "
           f"graphlearn_torch={getattr(graphlearn_torch, '__version__', '0.2.4')} cpus={os.cpu_count()} cpu={cpu!r} "
-          f"ram={psutil.virtual_memory().total / 2**30:.0f}GiB load={os.getloadavg()}\n")
+          f"ram={psutil.virtual_memory().total / 2**30:.0f}GiB load={tuple(round(v, 2) for v in os.getloadavg())} "
+          f"at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     tmp = Path(tempfile.mkdtemp(prefix="gnnflow-train-bench-", dir=args.tmp))
     try:
         start = time.perf_counter()
@@ -441,7 +514,7 @@ def main() -> None:
         graph_path = tmp / "graph.pt"
         torch.save({k: torch.from_numpy(v) for k, v in graph.items()}, graph_path)
         prep_s = time.perf_counter() - start
-        worlds = sorted(set(args.worlds) | ({2} if args.variants else set()) | set(args.profile))
+        worlds = sorted(set(args.worlds) | (set(args.variant_worlds) if args.variants else set()) | set(args.profile))
         parts, part_s = {}, {}
         for w in worlds:
             start = time.perf_counter()
@@ -472,52 +545,113 @@ def main() -> None:
                     print("\nrank 0 cProfile of the full epoch (main thread):\n\n```\n" + results[0]["profile"].strip() + "\n```\n", flush=True)
             return
 
-        rows = []  # (label, threads/workers, per-epoch seconds list, batches, extra)
-        pyg = {}
+        # Every setup runs --repeat times, interleaved (PyG, GLT, PyG, GLT, ...), so that each sees the
+        # machine's other load at about the same times; the summary takes each setup's fastest run.
+        runs: dict[str, list[dict]] = {}
+        describe: dict[str, tuple[str, int]] = {}  # name → (label, world size or threads)
         for threads in args.pyg_threads:
-            pyg[threads] = run_pyg(graph_path, threads, args)
-            print(f"pyg {threads} thread(s): {json.dumps(pyg[threads], default=str)}", file=sys.stderr, flush=True)
-        glt_runs = {}
+            describe[f"pyg/{threads}"] = (f"PyG NeighborLoader, 1 process, {threads} thread(s)", threads)
         for w in args.worlds:
-            glt_runs[f"collocated-{w}"] = (w, run_glt(parts[w], tmp / f"model{w}", w, args))
-            print(f"glt {w}: {json.dumps(glt_runs[f'collocated-{w}'][1], default=str)}", file=sys.stderr, flush=True)
+            describe[f"collocated/{w}"] = (f"GLT train step, {w} worker(s), collocated sampling (the default)", w)
+        variant_labels = {
+            "multiprocess": "`sampling: multiprocess`, `sampling_workers: 1` (config as is)",
+            "multiprocess-fixed": "`sampling: multiprocess`, `sampling_workers: 1`, GLT worker_concurrency 2 (the proposed fix, patched in by this script)",
+        }
         for variant in args.variants:
-            if variant == "multiprocess":
-                glt_runs["multiprocess-2"] = (2, run_glt(parts[2], tmp / "model-mp", 2, args, sampling="multiprocess", sampling_workers=1))
-            else:
+            if variant not in variant_labels:
                 raise SystemExit(f"unknown variant {variant!r}")
-            print(f"glt {variant}: {json.dumps(glt_runs[f'{variant}-2'][1], default=str)}", file=sys.stderr, flush=True)
+            for w in args.variant_worlds:
+                describe[f"{variant}/{w}"] = (f"GLT train step, {w} worker(s), {variant_labels[variant]}", w)
+        for repeat in range(args.repeat):
+            for name, (label, n) in describe.items():
+                kind = name.split("/")[0]
+                if repeat and name not in (args.repeat_setups or describe):
+                    continue
+                if kind == "pyg":
+                    out = run_pyg(graph_path, n, args)
+                elif kind == "collocated":
+                    out = run_glt(parts[n], tmp / f"model-{kind}-{n}-{repeat}", n, args)
+                else:
+                    timeout = args.variant_timeout if kind == "multiprocess" else args.fixed_timeout
+                    out = run_glt(parts[n], tmp / f"model-{kind}-{n}-{repeat}", n, args, timeout_s=timeout, sampling="multiprocess",
+                                  sampling_workers=1, concurrency=2 if kind == "multiprocess-fixed" else None)
+                    out["timeout_s"] = timeout
+                    for shmid, _ in out.get("leaked_segments", []):
+                        subprocess.run(["ipcrm", "-m", str(shmid)], check=False)
+                out["repeat"] = repeat
+                runs.setdefault(name, []).append(out)
+                print(f"{name} #{repeat}: {json.dumps(out, default=str)}", file=sys.stderr, flush=True)
 
-        last = args.pyg_epochs - 1
-        base_threads = max(pyg)
-        base = pyg[base_threads]["epochs"][last]["seconds"]
-        print("| setup | epoch | epoch seconds | batches | batches/s | vs PyG (2 threads) epoch | train acc | val acc | peak RSS per process (alone / + children) | load 1-min before → after |")
+        def epochs_of(name: str, out: dict) -> list[dict]:
+            """Per epoch: seconds, batches, batches/s, train/val accuracy, load."""
+            if name.startswith("pyg"):
+                return [{"epoch": e["epoch"], "seconds": e["seconds"], "batches": e["batches"], "batches_per_s": e["batches"] / e["seconds"],
+                         "train_accuracy": e["train_accuracy"], "val_accuracy": out["val_accuracy"], "cpu_s": e["cpu_s"],
+                         "load": f"{e['load_before']:.2f} → {e['load_after']:.2f}"} for e in out["epochs"]]
+            return [{"epoch": e["epoch"], "seconds": e["seconds"], "batches": round(e["batches_per_s"] * e["seconds"]),
+                     "batches_per_s": e["batches_per_s"], "train_accuracy": e.get("train_accuracy", float("nan")),
+                     "val_accuracy": e["val_accuracy"], "cpu_s": None,
+                     "load": f"{out['load_before']:.2f} → {out['load_after']:.2f} (whole run)"} for e in out.get("epochs", [])]
+
+        def memory_of(name: str, out: dict) -> str:
+            if name.startswith("pyg"):
+                return mib(out["peak_rss"])
+            return "; ".join(f"rank {rank}: {mib(a)} / {mib(t)}" for rank, (a, t) in enumerate(out["memory"]))
+
+        last = {name: min((epochs_of(name, out)[-1]["seconds"], out["repeat"]) for out in outs if epochs_of(name, out))
+                for name, outs in runs.items() if any(epochs_of(name, out) for out in outs)}
+        base_name = f"pyg/{max(args.pyg_threads)}"
+        base = last[base_name][0]
+        print(f"All runs (epoch seconds: the `train_epoch` loop only, no evaluation; GLT: the slowest worker's; "
+              f"memory: peak RSS of each process alone / with its children):\n")
+        print("| setup | run | epoch | epoch seconds | batches | batches/s | train acc | val acc | peak RSS | load (1 min) before → after |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
-        for threads, out in pyg.items():
-            for e in out["epochs"]:
-                print(f"| PyG NeighborLoader, 1 process, {threads} thread(s) | {e['epoch']} | {e['seconds']:.1f} | {e['batches']} | "
-                      f"{e['batches'] / e['seconds']:.2f} | {e['seconds'] / base:.2f}x | {e['train_accuracy']:.3f} | "
-                      f"{out['val_accuracy']:.3f} (after) | {mib(out['peak_rss'])} | {e['load_before']:.2f} → {e['load_after']:.2f} |")
-        for name, (w, out) in glt_runs.items():
-            mode = "sampling: multiprocess, 1 sampler/worker" if name.startswith("multiprocess") else "collocated sampling"
-            memory = "; ".join(f"r{rank}: {mib(a)} / {mib(t)}" for rank, (a, t) in enumerate(out["memory"]))
-            for e in out["epochs"]:
-                print(f"| GLT train step, {w} worker(s), {mode} | {e['epoch']} | {e['seconds']:.1f} | "
-                      f"{round(e['batches_per_s'] * e['seconds'])} | {e['batches_per_s']:.2f} | {e['seconds'] / base:.2f}x | "
-                      f"{e.get('train_accuracy', float('nan')):.3f} | {e['val_accuracy']:.3f} | {memory} | "
-                      f"{out['load_before']:.2f} → {out['load_after']:.2f} (run) |")
+        for name, outs in runs.items():
+            for out in outs:
+                label = describe[name][0]
+                if out.get("failed"):
+                    print(f"| {label} | {out['repeat']} | - | failed: {out['failed'].splitlines()[0][:120]} | | | | | "
+                          f"{memory_of(name, out)} | {out['load_before']:.2f} → {out['load_after']:.2f} (whole run) |")
+                    continue
+                if out.get("timed_out"):
+                    print(f"| {label} | {out['repeat']} | - | did not finish; killed after {out['timeout_s']:.0f} s | | | | | "
+                          f"{memory_of(name, out)} | {out['load_before']:.2f} → {out['load_after']:.2f} (whole run) |")
+                    continue
+                for e in epochs_of(name, out):
+                    print(f"| {label} | {out['repeat']} | {e['epoch']} | {e['seconds']:.1f} | {e['batches']} | {e['batches_per_s']:.2f} | "
+                          f"{e['train_accuracy']:.3f} | {e['val_accuracy']:.3f} | {memory_of(name, out)} | {e['load']} |")
+        print(f"\nSummary: each setup's fastest last epoch (epoch {args.epochs - 1} for GLT, {args.pyg_epochs - 1} for PyG) "
+              f"over {args.repeat} run(s):\n")
+        print(f"| setup | epoch seconds | batches/s | vs {describe[base_name][0]} | peak RSS per process (that run) |")
+        print("|---|---:|---:|---:|---|")
+        for name, (seconds, repeat) in last.items():
+            out = runs[name][[o["repeat"] for o in runs[name]].index(repeat)]
+            e = epochs_of(name, out)[-1]
+            print(f"| {describe[name][0]} | {seconds:.1f} | {e['batches_per_s']:.2f} | {seconds / base:.2f}x | {memory_of(name, out)} |")
         print()
-        for threads, out in pyg.items():
-            n = out["sample_only_batches"]
-            print(f"- PyG {threads} thread(s): loader set-up {out['setup_s']:.2f} s; a sampling-only pass over the loader (no model): "
-                  f"{out['sample_only_s']:.1f} s, {n / out['sample_only_s']:.2f} batches/s")
-        for name, (w, out) in glt_runs.items():
-            print(f"- GLT {name}: `train()` wall {out['wall']:.1f} s for {len(out['epochs'])} epochs (spawn, load, RPC set-up, "
-                  f"per-epoch validation, final val/test evaluation, publish); test accuracy {out['final'].get('test_accuracy', float('nan')):.3f}")
-        if 2 in args.worlds:
-            ratio = glt_runs["collocated-2"][1]["epochs"][-1]["seconds"] / base
-            print(f"\nratio (2-worker GLT epoch {args.epochs - 1}) / (PyG {base_threads}-thread epoch {last}): {ratio:.2f} "
+        for name, outs in runs.items():
+            for out in outs:
+                if name.startswith("pyg"):
+                    n = out["sample_only_batches"]
+                    cpu = ", ".join(f"{e['cpu_s']:.1f}" for e in out["epochs"])
+                    print(f"- {name} run {out['repeat']}: process CPU seconds per epoch {cpu}; a sampling-only pass over the loader "
+                          f"(no model): {out['sample_only_s']:.1f} s, {n / out['sample_only_s']:.2f} batches/s")
+                elif out.get("failed"):
+                    print(f"- {name} run {out['repeat']}: failed after {out['wall']:.0f} s: {out['failed']}")
+                elif out.get("timed_out"):
+                    leaked = out["leaked_segments"]
+                    print(f"- {name} run {out['repeat']}: killed after {out['wall']:.0f} s; SysV shared-memory segments the workers left: "
+                          f"{len(leaked)} ({sum(size for _, size in leaked) / 2**20:,.0f} MiB; removed by this script)")
+                else:
+                    print(f"- {name} run {out['repeat']}: `train()` wall {out['wall']:.1f} s for {len(out['epochs'])} epochs (spawn, load, "
+                          f"RPC set-up, per-epoch validation, final evaluation, publish); test accuracy {out['final'].get('test_accuracy', float('nan')):.3f}")
+        if "collocated/2" in last:
+            ratio = last["collocated/2"][0] / base
+            print(f"\nratio (fastest 2-worker GLT epoch) / (fastest {describe[base_name][0]} epoch): {ratio:.2f} "
                   f"(target <= 1.2: {'met' if ratio <= 1.2 else 'missed'})")
+            paired = [g["epochs"][-1]["seconds"] / p["epochs"][-1]["seconds"]
+                      for g, p in zip(runs["collocated/2"], runs[base_name]) if "epochs" in g]
+            print(f"ratio per repeat (runs next to each other): {', '.join(f'{r:.2f}' for r in paired)}")
     finally:
         if args.keep:
             print(f"kept {tmp}", file=sys.stderr)
