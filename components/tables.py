@@ -8,11 +8,12 @@ the column.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Literal
+from typing import TYPE_CHECKING, BinaryIO, Literal
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -20,6 +21,9 @@ import pyarrow.parquet as pq
 
 from components import storage
 from components.errors import GnnflowError
+
+if TYPE_CHECKING:
+    from components.config import GraphSpec
 
 TableFormat = Literal["csv", "parquet"]
 
@@ -199,3 +203,16 @@ def _conversion_error(uri: storage.Uri, exc: pa.ArrowInvalid, column_types: Mapp
 
 def _short(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def tables_fingerprint(graph: GraphSpec) -> str:
+    """A short hash of every input file's version (size, mtime or GCS generation).
+
+    It changes when a table file is added, removed or rewritten at the same URI, which is what
+    a pipeline's cache key and ``gnnflow run``'s up-to-date check need to notice new data.
+    """
+    digest = hashlib.sha256()
+    for table in [*graph.nodes, *graph.edges]:
+        for uri in storage.expand_files(table.uri):
+            digest.update(f"{uri}\t{storage.version(uri)}\n".encode())
+    return digest.hexdigest()[:16]

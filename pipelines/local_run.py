@@ -1,33 +1,86 @@
-"""``gnnflow run``: the steps in DAG order on this machine, each output under one run root."""
+"""``gnnflow run``: the DAG's six steps in order on this machine, each output under one run root.
+
+The same step functions the KFP components call run here directly (``--via kfp-local`` runs
+them through ``kfp.local`` instead, see :mod:`pipelines.kfp_local`). A step whose published
+output still matches its inputs and the parts of the config it reads is skipped: every run
+records, in ``<root>/run_state.json``, each step's fingerprint (a hash of those config
+sections, the versions of its inputs and its options) next to the generation it published.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import logging
 import pathlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from components import storage
-from components.config import GnnflowConfig, load_config
+from components.config import GnnflowConfig, apply_overrides, load_config
 from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.errors import GnnflowError
+from components.infer.step import infer
 from components.partition.step import partition
 from components.preprocess.step import preprocess
+from components.report.step import report
 from components.serialize.step import serialize
 from components.starter_config import propose_config, render
+from components.tables import tables_fingerprint
+from components.train.step import train
 
 log = logging.getLogger("gnnflow.run")
 
 DEMO_NODES = 10_000
+DEMO_OVERRIDES: dict[str, object] = {
+    # Two workers, so the demo exercises distributed partitioning, training and inference like a
+    # real run; few epochs, since the demo graph is learnt within them.
+    "resources.world_size": 2,
+    "training.epochs": 15,
+    "training.early_stopping_patience": 5,
+}
+STATE_FILE = "run_state.json"
 
 
 @dataclass(frozen=True)
 class RunOutputs:
-    """Where each step of a local run published its output."""
+    """Where each step of a local run publishes its output."""
 
     root: storage.Uri
     preprocessed: storage.Uri
     tfrecords: storage.Uri
     partitions: storage.Uri
+    model: storage.Uri
+    embeddings: storage.Uri
+    report: storage.Uri
+
+    @staticmethod
+    def under(root: storage.Uri) -> "RunOutputs":
+        names = ("preprocessed", "tfrecords", "partitions", "model", "embeddings", "report")
+        return RunOutputs(root, **{n: root.join(n) for n in names})
+
+
+@dataclass(frozen=True)
+class RunResult:
+    outputs: RunOutputs
+    metrics: dict[str, object]  # the report's final metrics
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def report_html(self) -> storage.Uri:
+        published = storage.open_published(self.outputs.report)
+        return published.uri("report.html")
+
+
+@dataclass(frozen=True)
+class _PlannedStep:
+    name: str
+    output: storage.Uri
+    inputs: tuple[storage.Uri, ...]  # published outputs of upstream steps
+    reads: dict[str, object]  # the config (and options) this step's output depends on
+    run: Callable[[], object]
 
 
 def new_run_root(base: str = "runs") -> storage.Uri:
@@ -38,33 +91,95 @@ def demo_config(root: storage.Uri, num_nodes: int = DEMO_NODES) -> GnnflowConfig
     """Writes the bundled demo graph under ``root/demo_data`` and a starter config for it."""
     data = root.join("demo_data")
     if not isinstance(data, storage.LocalUri):
-        raise NotImplementedError("the demo data is generated locally; give a local --output or a --config")
+        raise GnnflowError("the demo data is generated on this machine: give a local --output, or a --config for gs:// runs")
     nodes_path, edges_path = write_demo_graph(generate_demo_graph(num_nodes), pathlib.Path(data.path))
     config = propose_config(
         str(nodes_path), str(edges_path), id_column="node_id", src_column="src", dst_column="dst",
         label_column="label", node_type="paper", relation="cites", output_root=str(root),
     )
-    # Two workers, so the demo exercises distributed partitioning like a real run.
-    config = config.model_copy(update={"resources": config.resources.model_copy(update={"world_size": 2})})
+    config = apply_overrides(config, DEMO_OVERRIDES, "the demo settings")
     storage.write_text(root.join("config.yaml"), render(config, "the bundled demo graph"))
     log.info("demo graph: %d nodes → %s; config → %s", num_nodes, data, root.join("config.yaml"))
     return config
 
 
-def run_pipeline(config: GnnflowConfig, root: storage.Uri) -> RunOutputs:
-    """preprocess → serialize → partition (train and infer join as they land), each publishing
-    under ``root``."""
-    outputs = RunOutputs(
-        root=root, preprocessed=root.join("preprocessed"), tfrecords=root.join("tfrecords"), partitions=root.join("partitions")
-    )
-    preprocess(config, outputs.preprocessed)
-    serialize(config, outputs.preprocessed, outputs.tfrecords)
-    partition(outputs.tfrecords, outputs.partitions, config.partition, config.resources.world_size,
-              config.resources.processes_per_replica)
-    return outputs
+def plan(config: GnnflowConfig, outputs: RunOutputs, infer_mode: str = "sampled") -> list[_PlannedStep]:
+    """The six steps in DAG order, with what each one's output depends on."""
+    c, o = config, outputs
+    sections = lambda *names: {n: getattr(c, n).model_dump(mode="json") for n in names}  # noqa: E731
+    world = {"world_size": c.resources.world_size}
+    return [
+        _PlannedStep("preprocess", o.preprocessed, (), {**sections("graph", "task", "preprocess"), "tables": tables_fingerprint(c.graph)},
+                     lambda: preprocess(c, o.preprocessed)),
+        _PlannedStep("serialize", o.tfrecords, (o.preprocessed,), sections("serialize"),
+                     lambda: serialize(c, o.preprocessed, o.tfrecords)),
+        _PlannedStep("partition", o.partitions, (o.tfrecords,), {**sections("partition"), **world},
+                     lambda: partition(o.tfrecords, o.partitions, c.partition, c.resources.world_size, c.resources.processes_per_replica)),
+        _PlannedStep("train", o.model, (o.partitions,), {**sections("task", "model", "training"), **world},
+                     lambda: train(c, o.partitions, o.model)),
+        _PlannedStep("infer", o.embeddings, (o.partitions, o.model), {**sections("model", "training"), "mode": infer_mode},
+                     lambda: infer(c, o.partitions, o.model, o.embeddings, mode=infer_mode)),
+        _PlannedStep("report", o.report, (o.model, o.embeddings), {"config": c.model_dump(mode="json")},
+                     lambda: report(c, o.model, o.embeddings, o.report)),
+    ]
 
 
-def run(config_uri: str | None, output: str | None) -> RunOutputs:
+def _fingerprint(step: _PlannedStep) -> str:
+    upstream = [storage.open_published(uri).manifest.generation for uri in step.inputs]
+    text = json.dumps({"step": step.name, "reads": step.reads, "inputs": upstream}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class _RunState:
+    """``run_state.json``: per step, the fingerprint and the generation it published."""
+
+    def __init__(self, root: storage.Uri) -> None:
+        self.uri = root.join(STATE_FILE)
+        self.steps: dict[str, dict[str, str]] = {}
+        if storage.exists(self.uri):
+            try:
+                self.steps = json.loads(storage.read_text(self.uri))["steps"]
+            except (ValueError, KeyError, TypeError):
+                log.warning("%s is unreadable: every step runs again", self.uri)
+
+    def up_to_date(self, step: _PlannedStep, fingerprint: str) -> bool:
+        recorded = self.steps.get(step.name)
+        if recorded is None or recorded.get("fingerprint") != fingerprint:
+            return False
+        try:  # the output must still be the one this run published, not replaced or removed since
+            return storage.open_published(step.output, step=step.name).manifest.generation == recorded.get("generation")
+        except GnnflowError:
+            return False
+
+    def record(self, step: _PlannedStep, fingerprint: str) -> None:
+        generation = storage.open_published(step.output, step=step.name).manifest.generation
+        self.steps[step.name] = {"fingerprint": fingerprint, "generation": generation}
+        storage.write_text(self.uri, json.dumps({"steps": self.steps}, indent=2, sort_keys=True))
+
+
+def run_pipeline(config: GnnflowConfig, root: storage.Uri, infer_mode: str = "sampled", force: bool = False) -> RunResult:
+    """Runs (or skips, when up to date) each step under ``root``; returns where outputs went."""
+    outputs = RunOutputs.under(root)
+    state = _RunState(root)
+    ran: list[str] = []
+    skipped: list[str] = []
+    storage.write_text(root.join("config.resolved.yaml"), config.to_yaml())
+    for step in plan(config, outputs, infer_mode):
+        fingerprint = _fingerprint(step)
+        if not force and state.up_to_date(step, fingerprint):
+            log.info("%s: skipped, %s is up to date with its inputs and config", step.name, step.output)
+            skipped.append(step.name)
+            continue
+        log.info("==> %s → %s", step.name, step.output)
+        step.run()
+        state.record(step, fingerprint)
+        ran.append(step.name)
+    metrics = storage.open_published(outputs.report).read_json("metrics.json")
+    return RunResult(outputs, metrics, ran, skipped)
+
+
+def run(config_uri: str | None, output: str | None, overrides: dict[str, object] | None = None,
+        infer_mode: str = "sampled", force: bool = False) -> RunResult:
     """With no config, the demo into ``runs/<timestamp>``; else the config into ``output``."""
     if config_uri is None:
         root = storage.parse_uri(output) if output else new_run_root()
@@ -72,8 +187,22 @@ def run(config_uri: str | None, output: str | None) -> RunOutputs:
     else:
         config = load_config(config_uri)
         root = storage.parse_uri(output) if output else new_run_root(config.output.root)
+    if overrides:
+        config = apply_overrides(config, overrides, "--set")
     log.info("run root: %s", root)
-    outputs = run_pipeline(config, root)
-    for name in ("preprocessed", "tfrecords", "partitions"):
-        log.info("%-12s → %s", name, getattr(outputs, name))
-    return outputs
+    return run_pipeline(config, root, infer_mode, force)
+
+
+def summary(result: RunResult) -> str:
+    """What a user reads at the end of a run: where each output went and the final metrics."""
+    o = result.outputs
+    lines = [f"run root: {o.root}"]
+    for name in ("preprocessed", "tfrecords", "partitions", "model", "embeddings", "report"):
+        lines.append(f"  {name:<12} {getattr(o, name)}")
+    if result.skipped:
+        lines.append(f"skipped (up to date): {', '.join(result.skipped)}")
+    lines.append(f"report: {result.report_html}")
+    lines.append(f"metrics: {o.report.join('metrics.json')} (published copy: {storage.open_published(o.report).uri('metrics.json')})")
+    for key, value in sorted(result.metrics.items()):
+        lines.append(f"  {key:<24} {value:.4f}" if isinstance(value, float) else f"  {key:<24} {value}")
+    return "\n".join(lines)

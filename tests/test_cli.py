@@ -1,4 +1,5 @@
-"""The `gnnflow` command: the demo run, `step`, and `init-config`, as a user runs them."""
+"""The `gnnflow` command: `step` and the module entry points, as a user runs them (the whole run:
+test_pipeline_run.py)."""
 
 from __future__ import annotations
 
@@ -6,25 +7,12 @@ import subprocess
 import sys
 
 from components import storage
-from components.serialize.step import read_graph_metadata
 from pipelines.cli import main as gnnflow
-
-
-def test_run_without_config_runs_the_demo(tmp_path):
-    assert gnnflow(["run", "--output", str(tmp_path / "run")]) == 0
-    assert (tmp_path / "run" / "config.yaml").exists()
-    pre = storage.open_published(tmp_path / "run" / "preprocessed", step="preprocess")
-    assert pre.manifest.counts == {"nodes.paper": 10_000, "edges.paper__cites__paper": 40_000}
-    meta = read_graph_metadata(storage.open_published(tmp_path / "run" / "tfrecords", step="serialize"))
-    paper = meta.node_types["paper"]
-    assert paper.count == 10_000 and paper.num_classes == 5 and paper.feature_dim == 64 + 1 + 9
-    assert sum(paper.split_sizes.values()) == 9_900  # the 1% unlabeled demo nodes get no split
-    parts = storage.open_published(tmp_path / "run" / "partitions", step="partition")
-    assert parts.manifest.counts == {"partitions": 2, "nodes.paper": 10_000, "edges.paper__cites__paper": 80_000}
+from pipelines.local_run import demo_config
 
 
 def test_step_subcommand_runs_each_step_alone(tmp_path):
-    assert gnnflow(["run", "--output", str(tmp_path / "demo")]) == 0
+    demo_config(storage.parse_uri(tmp_path / "demo"))
     config = str(tmp_path / "demo" / "config.yaml")
     assert gnnflow(["step", "preprocess", "--config", config, "--output", str(tmp_path / "p")]) == 0
     assert gnnflow(["step", "serialize", "--input", str(tmp_path / "p"), "--output", str(tmp_path / "t")]) == 0

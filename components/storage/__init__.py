@@ -16,6 +16,7 @@ from components.storage.files import (
     read_text,
     size,
     upload_file,
+    version,
     write_bytes,
     write_text,
 )
@@ -34,5 +35,5 @@ __all__ = [
     "copy_file", "copy_tree", "delete", "delete_prefix", "download_file", "exists", "expand_files",
     "list_files", "local_copy", "open_published", "open_read", "open_write", "parse_uri",
     "read_bytes", "read_text", "relative_to", "size", "staged_output", "upload_file",
-    "write_bytes", "write_text",
+    "version", "write_bytes", "write_text",
 ]

@@ -66,6 +66,12 @@ def size(uri: Uri | str) -> int:
     return _backend(uri).size(uri)
 
 
+def version(uri: Uri | str) -> str:
+    """A token that changes whenever the file's content may have changed (cheap: no read)."""
+    uri = parse_uri(uri)
+    return _backend(uri).version(uri)
+
+
 def list_files(uri: Uri | str) -> list[Uri]:
     """Every file below the folder (or object prefix) ``uri``, sorted; empty if there is none."""
     uri = parse_uri(uri)

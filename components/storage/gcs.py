@@ -101,6 +101,18 @@ def size(uri: GcsUri) -> int:
     return _named(uri, call)
 
 
+def version(uri: GcsUri) -> str:
+    """Size, generation and CRC32C: a new upload at the same key gets a new generation."""
+
+    def call() -> str:
+        blob = client().bucket(uri.bucket).get_blob(uri.key, retry=RETRY)
+        if blob is None:
+            raise GnnflowError(f"{uri} does not exist")
+        return f"{blob.size}-{blob.generation}-{blob.crc32c}"
+
+    return _named(uri, call)
+
+
 def list_files(uri: GcsUri) -> list[GcsUri]:
     """Every object under ``uri`` taken as a folder, sorted by key."""
 

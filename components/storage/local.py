@@ -72,6 +72,15 @@ def size(uri: LocalUri) -> int:
         raise _missing(uri) from exc
 
 
+def version(uri: LocalUri) -> str:
+    """Size and modification time: changes whenever the file is rewritten."""
+    try:
+        st = os.stat(uri.path)
+    except FileNotFoundError as exc:
+        raise _missing(uri) from exc
+    return f"{st.st_size}-{st.st_mtime_ns}"
+
+
 def list_files(uri: LocalUri) -> list[LocalUri]:
     """Every file under the folder ``uri``, sorted; temporary ``.part`` files are skipped."""
     found: list[LocalUri] = []

@@ -1,0 +1,101 @@
+"""``gnnflow run``: the whole DAG on this machine, the demo and CiteSeer on gs:// (emulator), and
+re-runs that skip what is up to date."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from components import storage
+from pipelines.cli import main as gnnflow
+from pipelines.local_run import STATE_FILE
+from tests.test_citeseer import CITESEER
+from tests.test_train import NODE_CLASSIFICATION
+
+STEPS = ["preprocess", "serialize", "partition", "train", "infer", "report"]
+
+
+def _ran_and_skipped(root) -> dict[str, str]:
+    return json.loads((root / STATE_FILE).read_text())["steps"]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("demo") / "run"
+    assert gnnflow(["run", "--output", str(root), "--set", "training.epochs=8"]) == 0
+    return root
+
+
+def test_demo_run_publishes_every_step_and_prints_where(demo_run, capsys):
+    for name, step in zip(["preprocessed", "tfrecords", "partitions", "model", "embeddings", "report"], STEPS):
+        assert storage.open_published(demo_run / name).manifest.step == step
+    assert storage.open_published(demo_run / "preprocessed").manifest.counts == {"nodes.paper": 10_000, "edges.paper__cites__paper": 40_000}
+    parts = storage.open_published(demo_run / "partitions")
+    assert parts.manifest.counts == {"partitions": 2, "nodes.paper": 10_000, "edges.paper__cites__paper": 80_000}
+    report = storage.open_published(demo_run / "report")
+    metrics = report.read_json("metrics.json")
+    assert metrics["test_accuracy"] >= 0.85, metrics  # the demo graph is easy for a GNN
+    assert json.loads((demo_run / "report" / "metrics.json").read_text()) == metrics
+    assert report.read_bytes("report.html").startswith(b"<!DOCTYPE html>")
+    embeddings = storage.open_published(demo_run / "embeddings")
+    ids = pd.concat(pq.read_table(io.BytesIO(embeddings.read_bytes(f))).to_pandas()
+                    for f in embeddings.files_under("embeddings/paper"))["node_id"]
+    assert ids.nunique() == len(ids) == 10_000
+    assert set(_ran_and_skipped(demo_run)) == set(STEPS)
+
+
+def test_rerun_skips_up_to_date_steps_and_reruns_what_changed(demo_run, capsys):
+    before = {s: v["generation"] for s, v in _ran_and_skipped(demo_run).items()}
+    config = str(demo_run / "config.yaml")
+    capsys.readouterr()
+    assert gnnflow(["run", "--config", config, "--output", str(demo_run), "--set", "training.epochs=8"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped (up to date): preprocess, serialize, partition, train, infer, report" in out
+    assert {s: v["generation"] for s, v in _ran_and_skipped(demo_run).items()} == before
+
+    # A training change reruns train and what follows it, nothing before it.
+    assert gnnflow(["run", "--config", config, "--output", str(demo_run), "--set", "training.epochs=6"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped (up to date): preprocess, serialize, partition" in out
+    after = {s: v["generation"] for s, v in _ran_and_skipped(demo_run).items()}
+    assert [s for s in STEPS if after[s] == before[s]] == ["preprocess", "serialize", "partition"]
+    assert storage.open_published(demo_run / "model").read_json("metrics.json")["epochs_run"] <= 6
+
+
+def test_run_rejects_a_bad_override_before_any_step(tmp_path, capsys):
+    assert gnnflow(["run", "--output", str(tmp_path / "r"), "--set", "training.fan_outs=[5]"]) == 2
+    assert "training.fan_outs has 1 entries but model.num_layers is 2" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "preprocessed").exists()
+    assert gnnflow(["run", "--output", str(tmp_path / "s"), "--set", "training.epoch=5"]) == 2
+    assert "key 'training.epoch' does not name a config field" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (CITESEER / "nodes.csv.gz").exists(), reason=f"CiteSeer tables not found at {CITESEER} (../shared is absent)")
+def test_citeseer_end_to_end_on_gcs(gcs_bucket, tmp_path, capsys):
+    for name in ("nodes.csv.gz", "edges.csv.gz"):
+        storage.upload_file(CITESEER / name, f"gs://{gcs_bucket}/raw/{name}")
+    raw = json.loads(json.dumps(NODE_CLASSIFICATION))
+    raw["graph"]["nodes"][0]["uri"] = f"gs://{gcs_bucket}/raw/nodes.csv.gz"
+    raw["graph"]["edges"][0]["uri"] = f"gs://{gcs_bucket}/raw/edges.csv.gz"
+    raw["output"] = {"root": f"gs://{gcs_bucket}/runs"}
+    config = f"gs://{gcs_bucket}/config.yaml"
+    storage.write_text(config, yaml.safe_dump(raw))
+    root = f"gs://{gcs_bucket}/runs/citeseer"
+
+    assert gnnflow(["run", "--config", config, "--output", root]) == 0
+    out = capsys.readouterr().out
+    metrics = storage.open_published(f"{root}/report").read_json("metrics.json")
+    assert metrics["test_accuracy"] >= 0.68, metrics
+    assert f"{root}/report/gen-" in out and "report.html" in out
+    embeddings = storage.open_published(f"{root}/embeddings")
+    table = pd.concat(pq.read_table(io.BytesIO(embeddings.read_bytes(f))).to_pandas()
+                      for f in embeddings.files_under("embeddings/paper"))
+    originals = pd.read_csv(CITESEER / "nodes.csv.gz", usecols=["node_id"], dtype=str)["node_id"]
+    assert len(table) == 3327 and set(table["node_id"].astype(str)) == set(originals)
+    assert len(table["embedding"].iloc[0]) == 64
