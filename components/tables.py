@@ -213,6 +213,11 @@ def tables_fingerprint(graph: GraphSpec) -> str:
     """
     digest = hashlib.sha256()
     for table in [*graph.nodes, *graph.edges]:
-        for uri in storage.expand_files(table.uri):
-            digest.update(f"{uri}\t{storage.version(uri)}\n".encode())
-    return digest.hexdigest()[:16]
+        root = storage.parse_uri(table.uri)
+        files = storage.expand_files(root)
+        versions = {str(root): storage.version(root)} if files == [root] else storage.versions_below(root)
+        for uri in files:
+            if str(uri) not in versions:
+                raise GnnflowError(f"input file {uri} vanished while fingerprinting the input tables")
+            digest.update(f"{uri}\t{versions[str(uri)]}\n".encode())
+    return digest.hexdigest()[:32]

@@ -17,6 +17,7 @@ from components.storage.files import (
     size,
     upload_file,
     version,
+    versions_below,
     write_bytes,
     write_text,
 )
@@ -35,5 +36,5 @@ __all__ = [
     "copy_file", "copy_tree", "delete", "delete_prefix", "download_file", "exists", "expand_files",
     "list_files", "local_copy", "open_published", "open_read", "open_write", "parse_uri",
     "read_bytes", "read_text", "relative_to", "size", "staged_output", "upload_file",
-    "version", "write_bytes", "write_text",
+    "version", "versions_below", "write_bytes", "write_text",
 ]

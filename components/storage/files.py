@@ -72,6 +72,12 @@ def version(uri: Uri | str) -> str:
     return _backend(uri).version(uri)
 
 
+def versions_below(uri: Uri | str) -> dict[str, str]:
+    """:func:`version` of every file below the folder (or prefix) ``uri``, keyed by URI."""
+    uri = parse_uri(uri)
+    return _backend(uri).versions_below(uri)
+
+
 def list_files(uri: Uri | str) -> list[Uri]:
     """Every file below the folder (or object prefix) ``uri``, sorted; empty if there is none."""
     uri = parse_uri(uri)

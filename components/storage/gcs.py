@@ -113,6 +113,16 @@ def version(uri: GcsUri) -> str:
     return _named(uri, call)
 
 
+def versions_below(uri: GcsUri) -> dict[str, str]:
+    """:func:`version` of every object below ``uri``, from one listing instead of a request per object."""
+
+    def call() -> dict[str, str]:
+        blobs = client().list_blobs(uri.bucket, prefix=uri.prefix, retry=RETRY)
+        return {str(GcsUri(uri.bucket, b.name)): f"{b.size}-{b.generation}-{b.crc32c}" for b in blobs}
+
+    return _named(uri, call)
+
+
 def list_files(uri: GcsUri) -> list[GcsUri]:
     """Every object under ``uri`` taken as a folder, sorted by key."""
 

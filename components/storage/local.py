@@ -81,6 +81,11 @@ def version(uri: LocalUri) -> str:
     return f"{st.st_size}-{st.st_mtime_ns}"
 
 
+def versions_below(uri: LocalUri) -> dict[str, str]:
+    """:func:`version` of every file below the folder ``uri``."""
+    return {str(f): version(f) for f in list_files(uri)}
+
+
 def list_files(uri: LocalUri) -> list[LocalUri]:
     """Every file under the folder ``uri``, sorted; temporary ``.part`` files are skipped."""
     found: list[LocalUri] = []

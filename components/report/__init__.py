@@ -1,0 +1,1 @@
+"""Step ``report``: final metrics, training curves and an embedding projection in one HTML page."""

@@ -1,0 +1,350 @@
+"""A local HTTP endpoint that records every request and answers with canned JSON.
+
+Submission and scheduling tests point the real ``google-cloud-aiplatform`` (REST transport)
+and ``kfp`` clients at it, then assert on what the clients sent: nothing leaves the machine.
+
+``RecordingServer`` is the generic part (routes, recording, multipart parsing);
+``add_vertex_routes`` and ``add_kfp_routes`` install stateful fakes of the few API resources
+gnnflow uses (pipeline jobs and schedules on Vertex AI; experiments, runs, pipelines and
+recurring runs on KFP), so that a create followed by a get or a pause behaves plausibly.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import itertools
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server received it."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]  # names lower-cased
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        """The body parsed as JSON (None when empty)."""
+        return json.loads(self.body) if self.body else None
+
+    @property
+    def form(self) -> dict[str, bytes]:
+        """The parts of a ``multipart/form-data`` body by field name."""
+        content_type = self.headers.get("content-type", "")
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            f"Content-Type: {content_type}\r\n\r\n".encode() + self.body
+        )
+        return {
+            part.get_param("name", header="content-disposition"): part.get_payload(decode=True)
+            for part in message.iter_parts()
+        }
+
+
+Reply = tuple[int, Any]
+Responder = Callable[[RecordedRequest, "re.Match[str]"], Reply]
+
+
+@dataclass
+class _Route:
+    method: str
+    pattern: re.Pattern[str]
+    respond: Responder
+
+
+@dataclass
+class RecordingServer:
+    """A threaded HTTP server on a free 127.0.0.1 port.
+
+    Later routes take precedence over earlier ones; a request no route matches is recorded
+    and answered 404, so an unexpected call shows up in ``requests`` and fails the client.
+    """
+
+    requests: list[RecordedRequest] = field(default_factory=list)
+    _routes: list[_Route] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+
+    def route(self, method: str, pattern: str, reply: Reply | Responder) -> None:
+        """Answer ``method`` on paths fully matching ``pattern`` with a fixed reply or a responder."""
+        respond = reply if callable(reply) else (lambda _request, _match, fixed=reply: fixed)
+        self._routes.insert(0, _Route(method.upper(), re.compile(pattern), respond))
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "the recording server is not running"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="recording-server", daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> RecordingServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def seen(self, method: str | None = None, path: str | None = None) -> list[RecordedRequest]:
+        """Recorded requests, optionally only one method and paths fully matching a regex."""
+        with self._lock:
+            found = list(self.requests)
+        return [
+            r for r in found
+            if (method is None or r.method == method.upper()) and (path is None or re.fullmatch(path, r.path))
+        ]
+
+    def _dispatch(self, request: RecordedRequest) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            routes = list(self._routes)
+        for route in routes:
+            match = route.pattern.fullmatch(request.path)
+            if route.method == request.method and match:
+                return route.respond(request, match)
+        return 404, {"error": {"code": 404, "message": f"no route for {request.method} {request.path}", "status": "NOT_FOUND"}}
+
+
+def _handler_for(server: RecordingServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _handle(self) -> None:
+            split = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            request = RecordedRequest(
+                method=self.command, path=split.path, query=parse_qs(split.query, keep_blank_values=True),
+                headers={k.lower(): v for k, v in self.headers.items()}, body=body,
+            )
+            status, payload = server._dispatch(request)
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _handle
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+            pass
+
+    return Handler
+
+
+def _states(sequence: Iterable[str]) -> Iterator[str]:
+    """Each poll gets the next state; the last one repeats."""
+    items = list(sequence)
+    return itertools.chain(items, itertools.repeat(items[-1]))
+
+
+# ------------------------------------------------------------------------------ Vertex AI
+_LOCATION = r"/v1/(?P<parent>projects/[^/]+/locations/[^/]+)"
+
+
+def add_vertex_routes(server: RecordingServer, job_states: Iterable[str] = ("PIPELINE_STATE_SUCCEEDED",)) -> None:
+    """Pipeline jobs and schedules of the Vertex AI REST API (v1).
+
+    A created job answers ``PIPELINE_STATE_PENDING``; each later GET of it answers the next of
+    ``job_states``. Schedules keep their state across pause and resume; delete returns a done
+    operation.
+    """
+    jobs: dict[str, dict[str, Any]] = {}
+    schedules: dict[str, dict[str, Any]] = {}
+    states = _states(job_states)
+    schedule_ids = itertools.count(1)
+
+    def create_job(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        job_id = request.query.get("pipelineJobId", ["generated-1"])[0]
+        name = f"{match['parent']}/pipelineJobs/{job_id}"
+        if name in jobs:
+            return 409, {"error": {"code": 409, "message": f"{name} already exists", "status": "ALREADY_EXISTS"}}
+        jobs[name] = {**request.json, "name": name, "state": "PIPELINE_STATE_PENDING"}
+        return 200, jobs[name]
+
+    def get_job(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        name = match["name"]
+        if name not in jobs:
+            return 404, {"error": {"code": 404, "message": f"{name} not found", "status": "NOT_FOUND"}}
+        job = jobs[name] = {**jobs[name], "state": next(states)}
+        if job["state"] == "PIPELINE_STATE_FAILED":
+            job["error"] = {"code": 9, "message": "The DAG failed because some tasks failed: train."}
+        return 200, job
+
+    def create_schedule(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        name = f"{match['parent']}/schedules/{next(schedule_ids)}"
+        schedules[name] = {**request.json, "name": name, "state": "ACTIVE"}
+        return 200, schedules[name]
+
+    def list_schedules(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        return 200, {"schedules": [s for n, s in schedules.items() if n.startswith(match["parent"] + "/")]}
+
+    def one_schedule(change: Callable[[str], Reply]) -> Responder:
+        def respond(request: RecordedRequest, match: re.Match[str]) -> Reply:
+            if match["name"] not in schedules:
+                return 404, {"error": {"code": 404, "message": f"{match['name']} not found", "status": "NOT_FOUND"}}
+            return change(match["name"])
+
+        return respond
+
+    def set_state(state: str) -> Callable[[str], Reply]:
+        def change(name: str) -> Reply:
+            schedules[name]["state"] = state
+            return 200, {}
+
+        return change
+
+    def delete(name: str) -> Reply:
+        del schedules[name]
+        return 200, {"name": f"{name}/operations/1", "done": True,
+                     "response": {"@type": "type.googleapis.com/google.protobuf.Empty"}}
+
+    server.route("POST", f"{_LOCATION}/pipelineJobs", create_job)
+    server.route("GET", r"/v1/(?P<name>projects/[^/]+/locations/[^/]+/pipelineJobs/[^/:]+)", get_job)
+    server.route("POST", f"{_LOCATION}/schedules", create_schedule)
+    server.route("GET", f"{_LOCATION}/schedules", list_schedules)
+    schedule = r"/v1/(?P<name>projects/[^/]+/locations/[^/]+/schedules/[^/:]+)"
+    server.route("GET", schedule, one_schedule(lambda name: (200, schedules[name])))
+    server.route("POST", schedule + ":pause", one_schedule(set_state("PAUSED")))
+    server.route("POST", schedule + ":resume", one_schedule(set_state("ACTIVE")))
+    server.route("DELETE", schedule, one_schedule(delete))
+
+
+# ------------------------------------------------------------------------------------ KFP
+_KFP = "/apis/v2beta1"
+
+
+def add_kfp_routes(server: RecordingServer, run_states: Iterable[str] = ("SUCCEEDED",)) -> None:
+    """Health, experiments, pipeline upload, runs and recurring runs of the KFP v2beta1 API.
+
+    A created run answers ``PENDING``; each later GET answers the next of ``run_states``.
+    """
+    experiments: dict[str, dict[str, Any]] = {}
+    runs: dict[str, dict[str, Any]] = {}
+    recurring: dict[str, dict[str, Any]] = {}
+    ids = itertools.count(1)
+    states = _states(run_states)
+
+    def list_experiments(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        wanted = None
+        if request.query.get("filter"):
+            predicates = json.loads(request.query["filter"][0])["predicates"]
+            wanted = next((p["string_value"] if "string_value" in p else p["stringValue"]) for p in predicates)
+        found = [e for e in experiments.values() if wanted is None or e["display_name"] == wanted]
+        return 200, {"experiments": found, "total_size": len(found)}
+
+    def create_experiment(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        experiment = {**request.json, "experiment_id": f"experiment-{next(ids)}"}
+        experiments[experiment["experiment_id"]] = experiment
+        return 200, experiment
+
+    def upload(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        return 200, {"pipeline_id": f"pipeline-{next(ids)}", "display_name": request.query.get("name", [""])[0]}
+
+    def create_run(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        run = {**request.json, "run_id": f"run-{next(ids)}", "state": "PENDING"}
+        runs[run["run_id"]] = run
+        return 200, run
+
+    def get_run(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        if match["id"] not in runs:
+            return 404, {"error": f"run {match['id']} not found", "code": 5}
+        run = runs[match["id"]] = {**runs[match["id"]], "state": next(states)}
+        if run["state"] == "FAILED":
+            run["error"] = {"code": 2, "message": "task train failed"}
+        return 200, run
+
+    def create_recurring(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        item = {**request.json, "recurring_run_id": f"recurring-{next(ids)}", "status": "ENABLED"}
+        recurring[item["recurring_run_id"]] = item
+        return 200, item
+
+    def one_recurring(change: Callable[[str], Reply]) -> Responder:
+        def respond(request: RecordedRequest, match: re.Match[str]) -> Reply:
+            if match["id"] not in recurring:
+                return 404, {"error": f"recurring run {match['id']} not found", "code": 5}
+            return change(match["id"])
+
+        return respond
+
+    def set_mode(mode: str, status: str) -> Callable[[str], Reply]:
+        def change(key: str) -> Reply:
+            recurring[key].update(mode=mode, status=status)
+            return 200, {}
+
+        return change
+
+    server.route("GET", f"{_KFP}/healthz", (200, {"multi_user": False}))
+    server.route("GET", f"{_KFP}/experiments", list_experiments)
+    server.route("POST", f"{_KFP}/experiments", create_experiment)
+    server.route("POST", f"{_KFP}/pipelines/upload", upload)
+    server.route("POST", f"{_KFP}/runs", create_run)
+    server.route("GET", f"{_KFP}/runs/(?P<id>[^/:]+)", get_run)
+    server.route("POST", f"{_KFP}/recurringruns", create_recurring)
+    server.route("GET", f"{_KFP}/recurringruns", lambda r, m: (200, {"recurringRuns": list(recurring.values()), "total_size": len(recurring)}))
+    item = f"{_KFP}/recurringruns/(?P<id>[^/:]+)"
+    server.route("GET", item, one_recurring(lambda key: (200, recurring[key])))
+    server.route("POST", item + ":enable", one_recurring(set_mode("ENABLE", "ENABLED")))
+    server.route("POST", item + ":disable", one_recurring(set_mode("DISABLE", "DISABLED")))
+    server.route("DELETE", item, one_recurring(lambda key: (200, recurring.pop(key) and {})))
+
+
+# ---------------------------------------------------------------- inputs a submission needs
+TEST_IMAGE = "registry.example/gnnflow:test"
+
+
+def write_inputs(bucket: str, *, config_key: str = "config/gnnflow.yaml") -> str:
+    """A small graph (nodes in two files under a prefix, one edge file) and its config, on
+    the GCS emulator through the real storage client; returns the config's ``gs://`` URI."""
+    from components import storage
+
+    root = f"gs://{bucket}"
+    storage.write_text(f"{root}/raw/nodes/part-0.csv", "node_id,label,f0\na,0,0.5\nb,1,1.5\n")
+    storage.write_text(f"{root}/raw/nodes/part-1.csv", "node_id,label,f0\nc,0,2.5\n")
+    storage.write_text(f"{root}/raw/edges.csv", "src,dst\na,b\nb,c\n")
+    config = f"""\
+graph:
+  nodes:
+    - type: paper
+      uri: {root}/raw/nodes/
+      id_column: node_id
+      label_column: label
+      features: [{{columns: [f0], transform: standardize}}]
+  edges:
+    - type: cites
+      uri: {root}/raw/edges.csv
+      src_type: paper
+      dst_type: paper
+training: {{epochs: 3}}
+output: {{root: {root}/runs}}
+"""
+    storage.write_text(f"{root}/{config_key}", config)
+    return f"{root}/{config_key}"
+
+
+def compile_package(path: str, image: str = TEST_IMAGE) -> str:
+    """gnnflow's pipeline (``pipelines.dag``) compiled to ``path`` for ``image``."""
+    from pipelines.dag import compile_pipeline
+
+    compile_pipeline(path, image)
+    return path

