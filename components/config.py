@@ -7,6 +7,7 @@ the folder of the config file, so a config travels with its data.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Literal
 
@@ -139,9 +140,98 @@ class PartitionSpec(_Section):
     seed: int = Field(0, description="Seed of the hash that assigns nodes to partitions.")
 
 
+StepName = Literal["preprocess", "serialize", "partition", "train", "infer", "report"]
+
+
+class TaskRequests(_Section):
+    """What one pipeline task (the container that runs a step) asks of the cluster.
+
+    KFP writes these into the compiled pipeline spec, so they take effect at compile time
+    (``gnnflow compile --config``); in a run's config parameter they are read but not applied.
+    Each value is set as both the Kubernetes request and limit (Vertex AI picks the machine
+    from the limits).
+    """
+
+    cpu: str | None = Field(None, pattern=r"^([0-9]*[.])?[0-9]+m?$", description="CPUs, as Kubernetes writes them: '4', '0.5', '500m'.")
+    memory: str | None = Field(
+        None, pattern=r"^[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?$", description="Memory, as Kubernetes writes it: '16G', '512Mi'."
+    )
+    accelerator_type: str | None = Field(
+        None, min_length=1, description="Accelerator: 'NVIDIA_TESLA_T4', 'NVIDIA_L4' (Vertex AI) or 'nvidia.com/gpu' (KFP on Kubernetes)."
+    )
+    accelerator_count: int | None = Field(None, ge=1, description="Accelerators per task (1 when only accelerator_type is given).")
+
+    @model_validator(mode="after")
+    def _count_needs_type(self) -> "TaskRequests":
+        if self.accelerator_count is not None and self.accelerator_type is None:
+            raise ValueError("accelerator_count needs accelerator_type")
+        return self
+
+    def overridden_by(self, other: "TaskRequests") -> "TaskRequests":
+        """These requests with every field that ``other`` sets taken from ``other``."""
+        return self.model_copy(update=other.model_dump(exclude_unset=True, exclude_none=True))
+
+
+class CustomJobSpec(_Section):
+    """How a multi-worker step (partition, train, infer) runs when ``resources.runner`` is vertex.
+
+    The step's pipeline task submits one Vertex AI CustomJob of ``world_size /
+    processes_per_replica`` replicas of the step image (a chief pool of one replica, a worker
+    pool of the rest), all running ``python -m components.<step>`` with the same arguments,
+    and waits for it. Read at run time from the config parameter.
+    """
+
+    project: str | None = Field(None, description="Google Cloud project; default: the project of the credentials (the pipeline's own on Vertex AI).")
+    location: str = Field("us-central1", min_length=1, description="Vertex AI region of the CustomJob.")
+    machine_type: str = Field("n1-standard-8", min_length=1, description="Compute Engine machine type of every replica.")
+    accelerator_type: str | None = Field(None, min_length=1, description="Accelerator of every replica, e.g. NVIDIA_TESLA_T4; null: none.")
+    accelerator_count: int = Field(1, ge=1, description="Accelerators per replica (with accelerator_type).")
+    boot_disk_gb: int = Field(100, ge=10, description="Boot disk of every replica, in GB.")
+    service_account: str | None = Field(None, description="Service account the replicas run as; default: the Vertex AI default.")
+    network: str | None = Field(None, description="VPC network to peer with (projects/N/global/networks/NAME); default: none.")
+    staging_bucket: str | None = Field(
+        None, pattern=r"^gs://[^/]+/?", description="gs:// bucket for the job's own files; default: the bucket of the step's output."
+    )
+    timeout_s: int | None = Field(None, gt=0, description="Longest the job may run, in seconds; default: Vertex AI's (7 days).")
+    restart_job_on_worker_restart: bool = Field(
+        True, description="Restart every replica when one restarts (a distributed step cannot continue without a rank); train resumes from its checkpoint."
+    )
+    api_endpoint: str | None = Field(None, description="Vertex AI API endpoint; default: <location>-aiplatform.googleapis.com.")
+
+
 class ResourcesSpec(_Section):
+    """Workers, where multi-worker steps run, and what each pipeline task requests."""
+
     world_size: int = Field(1, ge=1, description="Workers of the multi-worker steps (partition, train, infer).")
     processes_per_replica: int = Field(1, ge=1, description="On a cluster: worker processes per replica (machine).")
+    runner: Literal["local", "vertex"] = Field(
+        "local", description="Where a pipeline's multi-worker steps run: local: world_size processes inside the step's own task; "
+        "vertex: a Vertex AI CustomJob of world_size / processes_per_replica replicas (see custom_job)."
+    )
+    requests: TaskRequests = Field(default_factory=TaskRequests, description="Requests of every pipeline task (compile time).")
+    step_requests: dict[StepName, TaskRequests] = Field(
+        default_factory=dict, description="Per step (preprocess, ..., report): requests that replace those in `requests` (compile time)."
+    )
+    custom_job: CustomJobSpec = Field(default_factory=CustomJobSpec, description="The Vertex AI CustomJob of multi-worker steps when runner is vertex.")
+
+    @model_validator(mode="after")
+    def _replicas_whole(self) -> "ResourcesSpec":
+        if self.runner == "vertex" and self.world_size % self.processes_per_replica:
+            raise ValueError(
+                f"world_size {self.world_size} is not a multiple of processes_per_replica {self.processes_per_replica}: "
+                "a CustomJob needs a whole number of replicas"
+            )
+        return self
+
+    @property
+    def replica_count(self) -> int:
+        """Machines of a multi-worker step's CustomJob."""
+        return max(1, self.world_size // self.processes_per_replica)
+
+    def requests_for(self, step: StepName) -> TaskRequests:
+        """The requests of one step's pipeline task: ``requests``, then the step's own."""
+        own = self.step_requests.get(step)
+        return self.requests.overridden_by(own) if own is not None else self.requests
 
 
 class ModelSpec(_Section):
@@ -259,3 +349,52 @@ def load_config(uri: storage.Uri | str) -> GnnflowConfig:
     uri = storage.parse_uri(uri)
     base = os.path.dirname(uri.path) if isinstance(uri, storage.LocalUri) else None
     return parse_config(storage.read_text(uri), str(uri), base)
+
+
+def apply_overrides(config: GnnflowConfig, overrides: dict[str, object], source: str = "overrides") -> GnnflowConfig:
+    """``config`` with dotted keys replaced (``{"training.epochs": 5, "resources.world_size": 4}``).
+
+    The result is validated like a file, so a bad override is an error naming its key.
+    """
+    raw = config.model_dump(mode="json")
+    for dotted, value in overrides.items():
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            child = node.get(part) if isinstance(node, dict) else None
+            if not isinstance(child, dict):
+                raise GnnflowError(f"{source}: key '{dotted}' does not name a config field ('{part}' is not a section)")
+            node = child
+        if not isinstance(node, dict) or leaf not in node:
+            raise GnnflowError(f"{source}: key '{dotted}' does not name a config field")
+        node[leaf] = value
+    try:
+        return GnnflowConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise GnnflowError(_format_error(source, exc)) from None
+
+
+def parse_overrides(text: str | None, source: str = "overrides") -> dict[str, object]:
+    """A JSON object of dotted keys (the form pipeline parameters and ``--set`` take)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise GnnflowError(f"{source} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise GnnflowError(f"{source} must be a JSON object of dotted keys, got {type(value).__name__}")
+    return value
+
+
+def resolve_config(config: str, overrides: str | dict[str, object] | None = None) -> GnnflowConfig:
+    """The config a pipeline parameter names: YAML text, or the URI of a YAML file, plus overrides.
+
+    Pipelines pass the YAML text so that KFP's cache key changes whenever the config does; a
+    URI is read at run time (cached runs then key on the URI alone).
+    """
+    text = config.strip()
+    is_uri = "\n" not in text and (text.startswith(("gs://", "file://", "/", "./")) or text.endswith((".yaml", ".yml")))
+    resolved = load_config(text) if is_uri else parse_config(text, "the config parameter")
+    extra = parse_overrides(overrides) if isinstance(overrides, str) or overrides is None else overrides
+    return apply_overrides(resolved, extra) if extra else resolved

@@ -1,4 +1,4 @@
-"""The ``gnnflow`` command: ``init-config``, ``step NAME ...`` and ``run``."""
+"""The ``gnnflow`` command: ``init-config``, ``step NAME ...``, ``run``, ``compile``, ``submit`` and ``schedule``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ from collections.abc import Sequence
 
 from components import storage
 from components.entrypoint import run_cli
+from components.errors import GnnflowError
+from pipelines import compile as compile_command
+from pipelines import schedule as schedule_command
+from pipelines import submit as submit_command
 
-STEPS = ("preprocess", "serialize", "partition")
+STEPS = ("preprocess", "serialize", "partition", "train", "infer", "report")
 
 
 def _init_config(args: argparse.Namespace) -> None:
@@ -31,10 +35,29 @@ def _step(args: argparse.Namespace) -> None:
     module.main(args.step_args)
 
 
-def _run(args: argparse.Namespace) -> None:
-    from pipelines.local_run import run
+def _parse_set(items: Sequence[str]) -> dict[str, object]:
+    """``--set training.epochs=5`` pairs; values are YAML (numbers, booleans, lists)."""
+    import yaml
 
-    run(args.config, args.output)
+    overrides: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise GnnflowError(f"--set {item!r}: expected KEY=VALUE, e.g. training.epochs=5")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def _run(args: argparse.Namespace) -> None:
+    overrides = _parse_set(args.set)
+    if args.via == "kfp-local":
+        from pipelines.kfp_local import run_from_cli
+
+        print(run_from_cli(args.config, args.output, overrides, args.infer_mode))
+        return
+    from pipelines.local_run import run, summary
+
+    print(summary(run(args.config, args.output, overrides, args.infer_mode, args.force)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,8 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run the pipeline locally (default: the bundled demo)")
     run.add_argument("--config", help="config YAML; without it, the bundled demo graph")
-    run.add_argument("--output", help="run root (default: runs/<timestamp>, or <output.root>/<timestamp>)")
+    run.add_argument("--output", help="run root, local or gs:// (default: runs/<timestamp>, or <output.root>/<timestamp>)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config field, e.g. --set training.epochs=5 (repeatable)")
+    run.add_argument("--infer-mode", choices=["sampled", "exact"], default="sampled", help="inference mode of the infer step")
+    run.add_argument("--via", choices=["direct", "kfp-local"], default="direct",
+                     help="direct: call the steps in order, skipping up-to-date ones; kfp-local: run the compiled DAG through kfp.local")
+    run.add_argument("--force", action="store_true", help="run every step even if its output is up to date")
     run.set_defaults(handler=_run)
+    compile_command.register(commands)
+    submit_command.register(commands)
+    schedule_command.register(commands)
     return parser
 
 

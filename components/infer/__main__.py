@@ -1,4 +1,4 @@
-"""``python -m components.infer --config FILE [--partitions URI] [--model URI] [--output URI]
+"""``python -m components.infer --config FILE|--config-yaml TEXT [--partitions URI] [--model URI] [--output URI]
 [--world-size N] [--mode sampled|exact]``.
 
 Locally it spawns N workers on this machine (one per partition); on a Vertex AI CustomJob
@@ -12,14 +12,14 @@ import argparse
 from collections.abc import Sequence
 
 from components import storage
-from components.config import load_config
+from components.config_source import add_config_arguments, config_from_arguments
 from components.entrypoint import run_cli
 from components.infer.step import MODES, infer
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m components.infer", description=__doc__)
-    parser.add_argument("--config", required=True, help="config YAML (training, resources sections, output root)")
+    add_config_arguments(parser, required=True, help="training, resources sections, output root")
     parser.add_argument("--partitions", help="published partition output (default: <output.root>/partitions)")
     parser.add_argument("--model", help="published train output (default: <output.root>/model)")
     parser.add_argument("--output", help="output URI (default: <output.root>/embeddings)")
@@ -34,7 +34,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput | None:
     args = parse_args(argv)
-    config = load_config(args.config)
+    config = config_from_arguments(args)
     if args.world_size:
         config = config.model_copy(update={"resources": config.resources.model_copy(update={"world_size": args.world_size})})
     root = storage.parse_uri(config.output.root)

@@ -1,4 +1,4 @@
-"""``python -m components.partition --input URI --output URI [--world-size N] [--config FILE]``.
+"""``python -m components.partition --input URI --output URI [--world-size N] [--config FILE|--config-yaml TEXT]``.
 
 Locally it spawns N workers on this machine; on a Vertex AI CustomJob replica it joins the
 cluster described by CLUSTER_SPEC (or MASTER_ADDR / MASTER_PORT / WORLD_SIZE / RANK).
@@ -10,7 +10,8 @@ import argparse
 from collections.abc import Sequence
 
 from components import storage
-from components.config import PartitionSpec, load_config
+from components.config import PartitionSpec
+from components.config_source import add_config_arguments, config_from_arguments
 from components.entrypoint import run_cli
 from components.partition.step import partition
 
@@ -19,11 +20,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m components.partition", description=__doc__)
     parser.add_argument("--input", help="published serialize output (default: <output.root>/tfrecords)")
     parser.add_argument("--output", help="output URI (default: <output.root>/partitions)")
-    parser.add_argument("--config", help="config YAML (partition and resources sections, output root)")
+    add_config_arguments(parser, required=False, help="partition and resources sections, output root")
     parser.add_argument("--world-size", type=int, help="number of workers (default: resources.world_size)")
     parser.add_argument("--processes-per-replica", type=int, help="worker processes per cluster replica")
     args = parser.parse_args(argv)
-    if not args.config and not (args.input and args.output):
+    if args.config is None and args.config_yaml is None and not (args.input and args.output):
         parser.error("give --input and --output, or --config to derive them from output.root")
     if args.world_size is not None and args.world_size < 1:
         parser.error("--world-size must be at least 1")
@@ -32,7 +33,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput | None:
     args = parse_args(argv)
-    config = load_config(args.config) if args.config else None
+    config = config_from_arguments(args)
     root = storage.parse_uri(config.output.root) if config else None
     return partition(
         args.input or root.join("tfrecords"),  # type: ignore[union-attr]

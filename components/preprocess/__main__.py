@@ -1,4 +1,4 @@
-"""``python -m components.preprocess --config FILE [--output URI] [--fitted-state URI]``."""
+"""``python -m components.preprocess --config FILE|--config-yaml TEXT [--output URI] [--fitted-state URI]``."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import argparse
 from collections.abc import Sequence
 
 from components import storage
-from components.config import load_config
+from components.config_source import add_config_arguments, config_from_arguments
 from components.entrypoint import run_cli
 from components.preprocess.step import load_fitted_state, preprocess
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m components.preprocess", description=__doc__)
-    parser.add_argument("--config", required=True, help="config YAML (local path or gs://)")
+    add_config_arguments(parser, required=True, help="graph, task, preprocess sections, output root")
     parser.add_argument("--output", help="output URI (default: <output.root>/preprocessed)")
     parser.add_argument("--fitted-state", help="reuse fitted statistics from this earlier preprocess output")
     return parser.parse_args(argv)
@@ -21,7 +21,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput:
     args = parse_args(argv)
-    config = load_config(args.config)
+    config = config_from_arguments(args)
     output = args.output or storage.parse_uri(config.output.root).join("preprocessed")
     state = load_fitted_state(args.fitted_state) if args.fitted_state else None
     return preprocess(config, output, state)

@@ -1,4 +1,4 @@
-"""``python -m components.serialize --input URI [--output URI] [--config FILE]``."""
+"""``python -m components.serialize --input URI [--output URI] [--config FILE|--config-yaml TEXT]``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from components import storage
-from components.config import load_config
+from components.config_source import add_config_arguments, config_from_arguments
 from components.entrypoint import run_cli
 from components.serialize.step import serialize
 
@@ -15,16 +15,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m components.serialize", description=__doc__)
     parser.add_argument("--input", help="published preprocess output (default: <output.root>/preprocessed)")
     parser.add_argument("--output", help="output URI (default: <output.root>/tfrecords)")
-    parser.add_argument("--config", help="config YAML for the serialize section and output root (defaults otherwise)")
+    add_config_arguments(parser, required=False, help="serialize section and output root; defaults otherwise")
     args = parser.parse_args(argv)
-    if not args.config and not (args.input and args.output):
+    if args.config is None and args.config_yaml is None and not (args.input and args.output):
         parser.error("give --input and --output, or --config to derive them from output.root")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput:
     args = parse_args(argv)
-    config = load_config(args.config) if args.config else None
+    config = config_from_arguments(args)
     root = storage.parse_uri(config.output.root) if config else None
     source = args.input or root.join("preprocessed")  # type: ignore[union-attr]
     output = args.output or root.join("tfrecords")  # type: ignore[union-attr]

@@ -1,0 +1,29 @@
+"""The KFP component of step partition: TFRecords in, one graph partition per worker (a Dataset) out."""
+
+from kfp import dsl
+from kfp.dsl.python_component import PythonComponent
+from kfp.dsl import Dataset, Input, Output
+
+
+def partition(config: str, overrides: str, image: str, tfrecords: Input[Dataset], partitions: Output[Dataset]) -> None:
+    """Loads ``tfrecords`` with ``resources.world_size`` workers and writes their partitions into ``partitions``.
+
+    The workers run inside this task, or as a Vertex AI CustomJob of ``image`` when
+    ``resources.runner`` is vertex.
+    """
+    from components import pipeline_task
+    from components.partition.step import partition as run_step
+
+    with pipeline_task.running("partition", config, overrides) as resolved:
+        source, output = pipeline_task.artifact_uri(tfrecords), pipeline_task.artifact_uri(partitions)
+        resources = resolved.resources
+        published = pipeline_task.run_multi_worker(
+            resolved, "partition", image, ["--input", str(source), "--output", str(output)], output,
+            lambda: run_step(source, output, resolved.partition, resources.world_size, resources.processes_per_replica),
+        )
+        pipeline_task.describe(partitions, published)
+
+
+def build_component(image: str) -> PythonComponent:
+    """The component running in ``image``, which already holds gnnflow and kfp (nothing is installed at run time)."""
+    return dsl.component(partition, base_image=image, install_kfp_package=False)

@@ -1,0 +1,25 @@
+"""The KFP component of step preprocess: raw tables (named by the config) in, a Dataset out."""
+
+from kfp import dsl
+from kfp.dsl.python_component import PythonComponent
+from kfp.dsl import Dataset, Output
+
+
+def preprocess(config: str, overrides: str, data_version: str, preprocessed: Output[Dataset]) -> None:
+    """Validates, enumerates and transforms the node and edge tables into ``preprocessed``.
+
+    ``data_version`` is not read: it is in the task's inputs so that KFP's cache key changes
+    when the tables do, since the config only names them.
+    """
+    from components import pipeline_task
+    from components.preprocess.step import preprocess as run_step
+
+    with pipeline_task.running("preprocess", config, overrides) as resolved:
+        pipeline_task.log.info("preprocess: input tables at data version %s", data_version or "(not given)")
+        published = run_step(resolved, pipeline_task.artifact_uri(preprocessed))
+        pipeline_task.describe(preprocessed, published)
+
+
+def build_component(image: str) -> PythonComponent:
+    """The component running in ``image``, which already holds gnnflow and kfp (nothing is installed at run time)."""
+    return dsl.component(preprocess, base_image=image, install_kfp_package=False)

@@ -1,0 +1,36 @@
+"""``gnnflow compile -o pipeline.yaml [--image IMAGE] [--config FILE]``: the KFP pipeline spec (IR YAML).
+
+Only the image and the task requests are fixed at compile time; the config itself, its
+overrides, the data version and the inference mode are parameters of each run.
+"""
+
+import argparse
+import logging
+
+log = logging.getLogger("gnnflow.compile")
+
+
+def _compile(args: argparse.Namespace) -> None:
+    from pipelines.dag import DEFAULT_IMAGE, compile_pipeline, load_resources  # kfp loads only for this command
+
+    image = args.image or DEFAULT_IMAGE
+    resources = load_resources(args.config) if args.config else None
+    compile_pipeline(args.output, image, resources)
+    if args.image is None:
+        log.warning("no --image: the spec names the placeholder %r, which a cluster cannot pull", image)
+    log.info("wrote the pipeline spec to %s (image %s%s)", args.output, image,
+             f", task requests from {args.config}" if args.config else ", no task requests")
+
+
+def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Adds the ``compile`` subcommand to the ``gnnflow`` parser."""
+    parser = commands.add_parser(
+        "compile", help="write the KFP pipeline spec (YAML) for Vertex AI Pipelines or a KFP cluster",
+        description=__doc__,
+    )
+    parser.add_argument("-o", "--output", required=True, help="where to write the spec: a local path or gs:// URI")
+    parser.add_argument("--image", help="the step image every task runs in, e.g. us-docker.pkg.dev/PROJECT/REPO/gnnflow:TAG "
+                                        "(default: gnnflow:latest, a placeholder that only names the image)")
+    parser.add_argument("--config", help="config YAML whose resources section (requests, step_requests) sets each task's "
+                                         "CPU / memory / accelerator; the rest of the file is not read")
+    parser.set_defaults(handler=_compile)

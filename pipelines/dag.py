@@ -1,0 +1,155 @@
+"""The KFP v2 pipeline: preprocess → serialize → partition → train → infer → report.
+
+Every edge is a typed artifact (Dataset, Model, Metrics, HTML) whose URI KFP chooses under
+the pipeline root (``gs://`` on Vertex AI); no step finds another's output by a naming
+convention. What is decided when:
+
+- at compile time (``build_pipeline`` / ``compile_pipeline``): the image of every task, and
+  each task's CPU / memory / accelerator requests, from a config's ``resources`` section
+  (KFP writes requests into the spec, so they cannot follow a run-time parameter);
+- at run time (pipeline parameters): the config itself (YAML text or a URI) and JSON
+  overrides, which each task resolves; ``data_version`` (a fingerprint of the input tables);
+  the inference mode. ``resources.world_size`` and ``resources.runner`` (where multi-worker
+  steps run: inside their task, or as a Vertex AI CustomJob) are read at run time too.
+
+Caching: KFP keys a task on its component and its inputs. Every task takes the config and
+overrides, so any change to them runs the whole pipeline again, while resubmitting identical
+parameters reuses every output; ``data_version`` is an input of preprocess, so new data (at
+the same URIs) re-runs it and, through its new output, everything after it. A config given
+as a URI keys the cache on the URI only: pass the YAML text (``gnnflow submit`` does) or
+disable caching when the file changes in place.
+
+Retries: the single-process, storage-bound steps (preprocess, serialize, report) retry twice
+with backoff, since their failures are mostly transient (a storage or network hiccup) and a
+re-run over the same output replaces any half-written generation cleanly. The multi-worker
+steps do not: their failures are mostly deterministic (a bad config, running out of memory),
+a KFP retry would provision all N replicas again, and on Vertex AI the CustomJob already
+restarts its replicas together after a replica restart (train resuming from its checkpoint).
+"""
+
+import os
+import tempfile
+from collections.abc import Callable
+from typing import NamedTuple
+
+import yaml
+from kfp import compiler, dsl
+from kfp.dsl import HTML, Artifact, Dataset, Metrics, Model
+from pydantic import ValidationError
+
+from components import storage
+from components.config import ResourcesSpec, StepName, TaskRequests
+from components.errors import GnnflowError
+from components.infer.component import build_component as infer_component
+from components.partition.component import build_component as partition_component
+from components.preprocess.component import build_component as preprocess_component
+from components.report.component import build_component as report_component
+from components.serialize.component import build_component as serialize_component
+from components.train.component import build_component as train_component
+
+PIPELINE_NAME = "gnnflow"
+DEFAULT_IMAGE = "gnnflow:latest"  # a placeholder: give --image REGISTRY/PATH/gnnflow:TAG for a cluster
+RETRIED_STEPS: tuple[StepName, ...] = ("preprocess", "serialize", "report")
+RETRY = {"num_retries": 2, "backoff_duration": "30s", "backoff_factor": 2.0, "backoff_max_duration": "600s"}
+
+
+class PipelineOutputs(NamedTuple):
+    """What a run produces, by name; ``kfp.local`` returns these, Vertex AI lists them on the run."""
+
+    preprocessed: Dataset
+    tfrecords: Dataset
+    partitions: Dataset
+    model: Model
+    train_metrics: Metrics
+    embeddings: Dataset
+    infer_metrics: Metrics
+    report: Artifact
+    metrics: Metrics
+    report_html: HTML
+
+
+def apply_requests(task: dsl.PipelineTask, requests: TaskRequests) -> None:
+    """Sets a task's CPU, memory and accelerator as request and limit (Vertex AI sizes machines from limits)."""
+    if requests.cpu is not None:
+        task.set_cpu_request(requests.cpu).set_cpu_limit(requests.cpu)
+    if requests.memory is not None:
+        task.set_memory_request(requests.memory).set_memory_limit(requests.memory)
+    if requests.accelerator_type is not None:
+        task.set_accelerator_type(requests.accelerator_type).set_accelerator_limit(requests.accelerator_count or 1)
+
+
+def build_pipeline(image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None = None) -> Callable[..., PipelineOutputs]:
+    """The pipeline with every task in ``image`` and the task requests of ``resources`` (default: none)."""
+    if not image.strip():
+        raise GnnflowError("the pipeline image must not be empty")
+    resources = resources or ResourcesSpec()
+    preprocess_op, serialize_op = preprocess_component(image), serialize_component(image)
+    partition_op, train_op = partition_component(image), train_component(image)
+    infer_op, report_op = infer_component(image), report_component(image)
+
+    def configure(task: dsl.PipelineTask, step: StepName) -> dsl.PipelineTask:
+        apply_requests(task, resources.requests_for(step))
+        if step in RETRIED_STEPS:
+            task.set_retry(**RETRY)
+        return task
+
+    @dsl.pipeline(
+        name=PIPELINE_NAME,
+        description="gnnflow: preprocess, serialize, partition, distributed GraphSAGE training (GLT), inference and report.",
+    )
+    def gnnflow(config: str, overrides: str = "{}", data_version: str = "", infer_mode: str = "sampled") -> PipelineOutputs:
+        """``config``: YAML text or a URI of a YAML file; ``overrides``: a JSON object of dotted keys;
+        ``data_version``: a fingerprint of the input tables (part of preprocess's cache key);
+        ``infer_mode``: sampled or exact."""
+        settings = {"config": config, "overrides": overrides}
+        pre = configure(preprocess_op(**settings, data_version=data_version), "preprocess")
+        ser = configure(serialize_op(**settings, preprocessed=pre.outputs["preprocessed"]), "serialize")
+        part = configure(partition_op(**settings, image=image, tfrecords=ser.outputs["tfrecords"]), "partition")
+        trained = configure(train_op(**settings, image=image, partitions=part.outputs["partitions"]), "train")
+        inferred = configure(infer_op(**settings, image=image, mode=infer_mode, partitions=part.outputs["partitions"],
+                                      model=trained.outputs["model"]), "infer")
+        reported = configure(report_op(**settings, model=trained.outputs["model"], embeddings=inferred.outputs["embeddings"]), "report")
+        return PipelineOutputs(
+            preprocessed=pre.outputs["preprocessed"], tfrecords=ser.outputs["tfrecords"], partitions=part.outputs["partitions"],
+            model=trained.outputs["model"], train_metrics=trained.outputs["metrics"], embeddings=inferred.outputs["embeddings"],
+            infer_metrics=inferred.outputs["metrics"], report=reported.outputs["report"], metrics=reported.outputs["metrics"],
+            report_html=reported.outputs["html"],
+        )
+
+    return gnnflow
+
+
+def compile_pipeline(package_path: str, image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None = None) -> None:
+    """Writes the pipeline spec (KFP IR YAML) to ``package_path``, a local path or ``gs://`` URI."""
+    target = storage.parse_uri(package_path)
+    pipeline = build_pipeline(image, resources)
+    if isinstance(target, storage.LocalUri):
+        os.makedirs(os.path.dirname(target.path) or ".", exist_ok=True)
+        compiler.Compiler().compile(pipeline, target.path)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        local = os.path.join(folder, "pipeline.yaml")
+        compiler.Compiler().compile(pipeline, local)
+        storage.upload_file(local, target)
+
+
+def load_resources(uri: str) -> ResourcesSpec:
+    """The ``resources`` section of a config file (a whole config, or one holding only that section)."""
+    source = storage.parse_uri(uri)
+    try:
+        raw = yaml.safe_load(storage.read_text(source))
+    except yaml.YAMLError as exc:
+        raise GnnflowError(f"config {source} is not valid YAML: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise GnnflowError(f"config {source} must be a YAML mapping, got {type(raw).__name__}")
+    section = raw.get("resources") or {}
+    try:
+        return ResourcesSpec.model_validate(section)
+    except ValidationError as exc:
+        lines = [f"invalid config {source}:"]
+        for error in exc.errors():
+            key = ".".join(str(part) for part in ("resources", *error["loc"]))
+            lines.append(f"  key '{key}': {'unknown key' if error['type'] == 'extra_forbidden' else error['msg']}")
+        raise GnnflowError("\n".join(lines)) from None

@@ -1,0 +1,112 @@
+"""``gnnflow run --via kfp-local``: the compiled DAG, run on this machine by ``kfp.local``.
+
+This runs exactly what Vertex AI would, the same pipeline function, components and typed
+artifacts, with ``kfp.local``'s SubprocessRunner executing each task in this Python environment
+(nothing installed, no container). Each artifact lands where ``kfp.local`` puts it:
+``<root>/gnnflow-<timestamp>/<task>/<output>``; the URIs come back from the pipeline's outputs
+rather than from that layout. Multi-worker steps spawn their workers inside their task, as
+with ``resources.runner: local`` on a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from components import storage
+from components.config import GnnflowConfig, load_config, resolve_config
+from components.errors import GnnflowError
+from components.infer.step import MODES
+from components.tables import tables_fingerprint
+
+log = logging.getLogger("gnnflow.kfp_local")
+
+# kfp.local warns when an image name lacks "python"; the SubprocessRunner never uses the image.
+_IMAGE_WARNING = "You may be attemping to run a task that uses custom or non-Python base image"
+
+
+@dataclass(frozen=True)
+class KfpLocalRun:
+    """Where a ``kfp.local`` run put each pipeline output, and the final metrics."""
+
+    root: storage.LocalUri
+    outputs: dict[str, str]  # pipeline output name (preprocessed, ..., report_html) → artifact URI
+    metrics: dict[str, Any]  # the report's metrics.json
+    metadata: dict[str, dict[str, Any]]  # pipeline output name → the artifact's metadata (logged metrics, counts)
+
+    @property
+    def report_html(self) -> str:
+        return self.outputs["report_html"]
+
+
+def check_runnable(config: GnnflowConfig, infer_mode: str) -> None:
+    """What would fail inside a task but can be known before any task starts."""
+    if infer_mode not in MODES:
+        raise GnnflowError(f"unknown inference mode {infer_mode!r}: choose one of {', '.join(MODES)}")
+    if config.resources.runner != "local":
+        raise GnnflowError(
+            f"resources.runner is {config.resources.runner!r}, but kfp.local keeps every artifact on this machine, "
+            "where a Vertex AI CustomJob cannot reach it: set resources.runner: local for --via kfp-local"
+        )
+
+
+def run_via_kfp_local(config_text: str, overrides: dict[str, object], root: storage.LocalUri,
+                      infer_mode: str = "sampled") -> KfpLocalRun:
+    """Runs the pipeline through ``kfp.local`` with its artifacts under ``root``.
+
+    ``config_text`` is the pipeline's ``config`` parameter: YAML text (relative table paths
+    resolve against the working directory, so pass ``GnnflowConfig.to_yaml()`` of a loaded
+    config) or a URI. The config and overrides are validated here first, so a bad key is an
+    error naming it before any task or worker starts.
+    """
+    import kfp.local
+
+    from pipelines.dag import DEFAULT_IMAGE, PipelineOutputs, build_pipeline
+
+    if not isinstance(root, storage.LocalUri):
+        raise GnnflowError(f"kfp.local writes its artifacts on this machine: the run root must be a local folder, not {root}")
+    config = resolve_config(config_text, overrides)
+    check_runnable(config, infer_mode)
+    data_version = tables_fingerprint(config.graph)
+    storage.write_text(root.join("config.resolved.yaml"), config.to_yaml())
+    log.info("kfp.local: running pipeline gnnflow under %s (data version %s, %d worker(s))", root, data_version,
+             config.resources.world_size)
+
+    kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=root.path, raise_on_error=True)
+    pipeline = build_pipeline(DEFAULT_IMAGE)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_IMAGE_WARNING)
+        try:
+            task = pipeline(config=config_text, overrides=json.dumps(overrides), data_version=data_version, infer_mode=infer_mode)
+        except RuntimeError as exc:  # kfp.local: "Pipeline gnnflow finished with status FAILURE. Inner task failed: ..."
+            raise GnnflowError(f"kfp.local: {exc} The task's log is above.") from None
+    outputs = {name: task.outputs[name].uri for name in PipelineOutputs._fields}  # in DAG order
+    metadata = {name: dict(task.outputs[name].metadata) for name in PipelineOutputs._fields}
+    metrics = json.loads(storage.read_text(storage.parse_uri(outputs["report"]).join("metrics.json")))
+    return KfpLocalRun(root, outputs, metrics, metadata)
+
+
+def summary(run: KfpLocalRun) -> str:
+    """What a user reads at the end: where each output went and the final metrics."""
+    lines = [f"run root: {run.root} (kfp.local)"]
+    lines += [f"  {name:<14} {uri}" for name, uri in run.outputs.items()]
+    lines.append(f"report: {run.report_html}")
+    lines.append(f"metrics: {storage.parse_uri(run.outputs['report']).join('metrics.json')}")
+    for key, value in sorted(run.metrics.items()):
+        lines.append(f"  {key:<24} {value:.4f}" if isinstance(value, float) else f"  {key:<24} {value}")
+    return "\n".join(lines)
+
+
+def run_from_cli(config_uri: str | None, output: str | None, overrides: dict[str, object], infer_mode: str = "sampled") -> str:
+    """``gnnflow run --via kfp-local``: the demo (no config) or a config file, into a local run root; the summary."""
+    from pipelines.local_run import demo_config, new_run_root
+
+    config = load_config(config_uri) if config_uri else None  # relative table paths resolve against the file's folder
+    root = storage.parse_uri(output) if output else new_run_root(config.output.root if config else "runs")
+    if not isinstance(root, storage.LocalUri):
+        raise GnnflowError(f"--via kfp-local writes under a local folder, not {root}: drop --via kfp-local for gs:// runs")
+    config = config or demo_config(root)
+    return summary(run_via_kfp_local(config.to_yaml(), overrides, root, infer_mode))

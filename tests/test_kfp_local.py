@@ -1,0 +1,95 @@
+"""The compiled DAG run by ``kfp.local`` (SubprocessRunner): the demo graph end to end, and bad
+parameters stopped before any task or worker starts."""
+
+from __future__ import annotations
+
+import json
+
+import kfp.local
+import pytest
+
+from components import storage
+from components.config import GnnflowConfig, apply_overrides
+from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.errors import GnnflowError
+from components.preprocess.component import build_component as preprocess_component
+from components.starter_config import propose_config
+from pipelines.kfp_local import run_via_kfp_local
+
+OUTPUT_STEPS = {  # pipeline output → the step whose published output it is
+    "preprocessed": "preprocess", "tfrecords": "serialize", "partitions": "partition",
+    "model": "train", "embeddings": "infer", "report": "report",
+}
+DEMO_NODES = 1_500
+FAST = {"resources.world_size": 2, "training.epochs": 4, "training.fan_outs": [5, 5], "training.batch_size": 256}
+
+
+def _demo_config(folder) -> GnnflowConfig:
+    nodes, edges = write_demo_graph(generate_demo_graph(DEMO_NODES), folder / "data")
+    config = propose_config(str(nodes), str(edges), id_column="node_id", src_column="src", dst_column="dst",
+                            label_column="label", node_type="paper", relation="cites", output_root=str(folder / "unused"))
+    return apply_overrides(config, FAST)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kfp_local")
+    root = storage.parse_uri(folder / "run")
+    return root, run_via_kfp_local(_demo_config(folder).to_yaml(), {"training.early_stopping_patience": 3}, root)
+
+
+def test_demo_through_kfp_local_publishes_every_artifact(demo):
+    root, run = demo
+    assert set(run.outputs) == {*OUTPUT_STEPS, "train_metrics", "infer_metrics", "metrics", "report_html"}
+    for name, step in OUTPUT_STEPS.items():
+        uri = storage.parse_uri(run.outputs[name])
+        assert isinstance(uri, storage.LocalUri) and uri.path.startswith(root.path + "/gnnflow-"), uri  # kfp.local's own URIs
+        assert storage.open_published(uri, step=step).manifest.files, name  # published: a manifest listing files
+    counts = storage.open_published(run.outputs["preprocessed"]).manifest.counts
+    assert counts == {"nodes.paper": DEMO_NODES, "edges.paper__cites__paper": DEMO_NODES * 4}
+    assert storage.open_published(run.outputs["partitions"]).manifest.counts["partitions"] == 2
+    assert storage.read_bytes(run.report_html).startswith(b"<!DOCTYPE html>")
+    assert storage.read_text(root.join("config.resolved.yaml")).count("early_stopping_patience: 3") == 1
+
+
+def test_demo_final_metrics_are_good_and_logged_on_metrics_artifacts(demo):
+    _, run = demo
+    assert run.metrics["test_accuracy"] >= 0.85, run.metrics  # the demo graph is easy for a GNN
+    published = storage.open_published(run.outputs["report"]).read_json("metrics.json")
+    assert published == run.metrics
+    train_metrics = storage.open_published(run.outputs["model"]).read_json("metrics.json")
+    assert train_metrics["epochs_run"] <= 4
+    # What a pipeline UI shows: the metrics logged on the Metrics artifacts, counts on the datasets.
+    assert run.metadata["train_metrics"]["test_accuracy"] == pytest.approx(train_metrics["test_accuracy"])
+    assert run.metadata["train_metrics"]["val_accuracy"] == pytest.approx(train_metrics["val_accuracy"])
+    infer_metrics = storage.open_published(run.outputs["embeddings"]).read_json("metrics.json")
+    assert run.metadata["infer_metrics"]["test_accuracy"] == pytest.approx(infer_metrics["test_accuracy"])
+    assert run.metadata["metrics"]["test_accuracy"] == pytest.approx(run.metrics["test_accuracy"])
+    assert run.metadata["preprocessed"]["count_nodes.paper"] == DEMO_NODES
+
+
+def test_bad_config_key_is_an_error_before_any_task(tmp_path):
+    text = _demo_config(tmp_path).to_yaml().replace("training:\n", "training:\n  epochz: 3\n", 1)
+    root = storage.parse_uri(tmp_path / "run")
+    with pytest.raises(GnnflowError, match="key 'training.epochz': unknown key"):
+        run_via_kfp_local(text, {}, root)
+    with pytest.raises(GnnflowError, match="key 'training.epocs' does not name a config field"):
+        run_via_kfp_local(_demo_config(tmp_path).to_yaml(), {"training.epocs": 3}, root)
+    with pytest.raises(GnnflowError, match="unknown inference mode 'fast'"):
+        run_via_kfp_local(_demo_config(tmp_path).to_yaml(), {}, root, infer_mode="fast")
+    with pytest.raises(GnnflowError, match="set resources.runner: local"):
+        run_via_kfp_local(_demo_config(tmp_path).to_yaml(), {"resources.runner": "vertex"}, root)
+    assert not (tmp_path / "run").exists()  # no task ran, nothing was written
+
+
+def test_a_task_given_a_bad_config_fails_naming_the_key(tmp_path, capfd):
+    """What Vertex AI would see: the preprocess task itself rejects the parameter, in one line."""
+    kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
+    text = _demo_config(tmp_path).to_yaml().replace("model:\n", "model:\n  hiden_channels: 8\n", 1)
+    preprocess = preprocess_component("python:3.11")
+    with pytest.raises(RuntimeError, match="preprocess.*FAILURE"):
+        preprocess(config=text, overrides=json.dumps({}), data_version="")
+    out = capfd.readouterr().out
+    assert "key 'model.hiden_channels': unknown key" in out
+    assert "Traceback" not in out  # one line, not a stack trace
+    assert not list((tmp_path / "root").rglob("manifest.json"))
