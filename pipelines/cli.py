@@ -51,9 +51,9 @@ def _parse_set(items: Sequence[str]) -> dict[str, object]:
 def _run(args: argparse.Namespace) -> None:
     overrides = _parse_set(args.set)
     if args.via == "kfp-local":
-        from pipelines.kfp_local import run_from_cli
+        from pipelines import kfp_local
 
-        print(run_from_cli(args.config, args.output, overrides, args.infer_mode))
+        print(kfp_local.summary(kfp_local.run_from_cli(args.config, args.output, overrides, args.infer_mode)))
         return
     from pipelines.local_run import run, summary
 

@@ -100,8 +100,8 @@ def summary(run: KfpLocalRun) -> str:
     return "\n".join(lines)
 
 
-def run_from_cli(config_uri: str | None, output: str | None, overrides: dict[str, object], infer_mode: str = "sampled") -> str:
-    """``gnnflow run --via kfp-local``: the demo (no config) or a config file, into a local run root; the summary."""
+def run_from_cli(config_uri: str | None, output: str | None, overrides: dict[str, object], infer_mode: str = "sampled") -> KfpLocalRun:
+    """``gnnflow run --via kfp-local``: the demo (no config) or a config file, into a local run root."""
     from pipelines.local_run import demo_config, new_run_root
 
     config = load_config(config_uri) if config_uri else None  # relative table paths resolve against the file's folder
@@ -109,4 +109,4 @@ def run_from_cli(config_uri: str | None, output: str | None, overrides: dict[str
     if not isinstance(root, storage.LocalUri):
         raise GnnflowError(f"--via kfp-local writes under a local folder, not {root}: drop --via kfp-local for gs:// runs")
     config = config or demo_config(root)
-    return summary(run_via_kfp_local(config.to_yaml(), overrides, root, infer_mode))
+    return run_via_kfp_local(config.to_yaml(), overrides, root, infer_mode)

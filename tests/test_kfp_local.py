@@ -14,7 +14,8 @@ from components.demo_graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
 from components.preprocess.component import build_component as preprocess_component
 from components.starter_config import propose_config
-from pipelines.kfp_local import run_via_kfp_local
+from pipelines.kfp_local import run_from_cli, run_via_kfp_local
+from pipelines.local_run import DEMO_NODES as BUNDLED_DEMO_NODES
 
 OUTPUT_STEPS = {  # pipeline output → the step whose published output it is
     "preprocessed": "preprocess", "tfrecords": "serialize", "partitions": "partition",
@@ -33,9 +34,9 @@ def _demo_config(folder) -> GnnflowConfig:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("kfp_local")
-    root = storage.parse_uri(folder / "run")
-    return root, run_via_kfp_local(_demo_config(folder).to_yaml(), {"training.early_stopping_patience": 3}, root)
+    """What ``gnnflow run --via kfp-local --output ROOT --set ...`` runs: the bundled demo graph."""
+    root = storage.parse_uri(tmp_path_factory.mktemp("kfp_local") / "run")
+    return root, run_from_cli(None, str(root), {**FAST, "training.early_stopping_patience": 3})
 
 
 def test_demo_through_kfp_local_publishes_every_artifact(demo):
@@ -46,7 +47,7 @@ def test_demo_through_kfp_local_publishes_every_artifact(demo):
         assert isinstance(uri, storage.LocalUri) and uri.path.startswith(root.path + "/gnnflow-"), uri  # kfp.local's own URIs
         assert storage.open_published(uri, step=step).manifest.files, name  # published: a manifest listing files
     counts = storage.open_published(run.outputs["preprocessed"]).manifest.counts
-    assert counts == {"nodes.paper": DEMO_NODES, "edges.paper__cites__paper": DEMO_NODES * 4}
+    assert counts == {"nodes.paper": BUNDLED_DEMO_NODES, "edges.paper__cites__paper": BUNDLED_DEMO_NODES * 4}
     assert storage.open_published(run.outputs["partitions"]).manifest.counts["partitions"] == 2
     assert storage.read_bytes(run.report_html).startswith(b"<!DOCTYPE html>")
     assert storage.read_text(root.join("config.resolved.yaml")).count("early_stopping_patience: 3") == 1
@@ -65,7 +66,7 @@ def test_demo_final_metrics_are_good_and_logged_on_metrics_artifacts(demo):
     infer_metrics = storage.open_published(run.outputs["embeddings"]).read_json("metrics.json")
     assert run.metadata["infer_metrics"]["test_accuracy"] == pytest.approx(infer_metrics["test_accuracy"])
     assert run.metadata["metrics"]["test_accuracy"] == pytest.approx(run.metrics["test_accuracy"])
-    assert run.metadata["preprocessed"]["count_nodes.paper"] == DEMO_NODES
+    assert run.metadata["preprocessed"]["count_nodes.paper"] == BUNDLED_DEMO_NODES
 
 
 def test_bad_config_key_is_an_error_before_any_task(tmp_path):

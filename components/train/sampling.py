@@ -9,6 +9,7 @@ import torch
 from components.config import TrainingSpec
 from components.launcher import WorkerContext
 from components.partition.dataset import edge_type_tuple
+from components.train import glt_compat
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ def node_loader(setup: SamplingSetup, dataset, seeds: torch.Tensor | tuple[str, 
     """Mini-batches of the sampled neighbourhoods of ``seeds`` (global ids owned by this worker)."""
     import graphlearn_torch as glt
 
+    glt_compat.install()
+
     return glt.distributed.DistNeighborLoader(
         dataset, fan_outs or setup.training.fan_outs, seeds, batch_size=batch_size, shuffle=shuffle,
         collect_features=True, edge_dir=setup.edge_dir, random_seed=setup.training.seed + setup.ctx.rank,
@@ -54,6 +57,8 @@ def node_loader(setup: SamplingSetup, dataset, seeds: torch.Tensor | tuple[str, 
 def link_loader(setup: SamplingSetup, dataset, edge_type: str | None, pairs: torch.Tensor, *, shuffle: bool, loader_index: int):
     """Mini-batches of positive ``pairs`` (2, m) plus sampled negative pairs, labelled 1 / 0."""
     import graphlearn_torch as glt
+
+    glt_compat.install()
 
     seeds = (edge_type_tuple(edge_type), pairs) if edge_type else pairs
     return glt.distributed.DistLinkNeighborLoader(
