@@ -272,7 +272,7 @@ class GnnflowConfig(_Section):
     partition: PartitionSpec = Field(default_factory=PartitionSpec, description="Step partition.")
     model: ModelSpec = Field(default_factory=ModelSpec, description="The GraphSAGE model.")
     training: TrainingSpec = Field(default_factory=TrainingSpec, description="Steps train and infer.")
-    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Workers per multi-worker step.")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Workers of the multi-worker steps, where they run (local or Vertex AI CustomJobs), and task requests.")
     output: OutputSpec = Field(default_factory=OutputSpec, description="Where a run writes.")
 
     @model_validator(mode="after")

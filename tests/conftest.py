@@ -9,6 +9,7 @@ import pytest
 
 from tests.flaky_http_proxy import Failure, FlakyProxy
 from tests.gcs_emulator import GcsEmulator
+from tests.recording_server import RecordingServer, add_kfp_routes, add_vertex_routes, compile_package, write_inputs
 
 # ---------------------------------------------------------------------------------------
 # GCS on loopback: one fake-gcs-server per test session, a fresh bucket per test, and
@@ -70,3 +71,33 @@ def flaky_gcs(gcs_emulator: GcsEmulator) -> Iterator[Callable[[Sequence[Failure]
 
 
 # --------------------------------------------------------------------------- end of GCS
+
+
+# ---------------------------------------------------------------------------------------
+# Submission and scheduling: the real aiplatform / kfp clients talk to a request recorder on
+# loopback (tests/recording_server.py); the input tables live on the GCS emulator.
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The compiled gnnflow pipeline (KFP IR YAML) for the test image."""
+    return compile_package(str(tmp_path_factory.mktemp("package") / "gnnflow.yaml"))
+
+
+@pytest.fixture
+def recorder() -> Iterator[RecordingServer]:
+    """A recorder answering like the Vertex AI and KFP REST APIs."""
+    with RecordingServer() as server:
+        add_vertex_routes(server)
+        add_kfp_routes(server)
+        yield server
+
+
+@pytest.fixture
+def config_uri(gcs_bucket: str) -> str:
+    """A valid config on the emulator whose tables are there too."""
+    return write_inputs(gcs_bucket)
+
+
+# ------------------------------------------------------------------ end of submission

@@ -11,7 +11,7 @@ from components import storage
 from components.errors import GnnflowError
 from pipelines.cli import main as gnnflow
 from pipelines.schedule import ScheduleOptions, validate_cron
-from tests.recording_server import RecordingServer, add_kfp_routes, add_vertex_routes, compile_package, write_inputs
+from tests.recording_server import RecordingServer
 
 STEPS = {"preprocess", "serialize", "partition", "train", "infer", "report"}
 LOCATION = "projects/demo-project/locations/us-central1"
@@ -22,22 +22,6 @@ SCHEDULES = f"/v1/{LOCATION}/schedules"
 # loopback port (conftest's _GCS_TEST_ENVIRONMENT): nothing here can leave the machine.
 pytestmark = pytest.mark.usefixtures("gcs_emulator")
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return compile_package(str(tmp_path_factory.mktemp("package") / "gnnflow.yaml"))
-
-
-@pytest.fixture
-def recorder() -> RecordingServer:
-    with RecordingServer() as server:
-        add_vertex_routes(server)
-        add_kfp_routes(server)
-        yield server
-
-
-@pytest.fixture
-def config_uri(gcs_bucket: str) -> str:
-    return write_inputs(gcs_bucket)
 
 
 def vertex(recorder: RecordingServer) -> list[str]:

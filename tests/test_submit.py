@@ -15,7 +15,7 @@ from components import storage
 from components.config import load_config
 from pipelines.cli import main as gnnflow
 from pipelines.submit import RunRequest, prepare_run
-from tests.recording_server import TEST_IMAGE, RecordingServer, add_kfp_routes, add_vertex_routes, compile_package, write_inputs
+from tests.recording_server import TEST_IMAGE, RecordingServer, add_kfp_routes, add_vertex_routes
 
 STEPS = {"preprocess", "serialize", "partition", "train", "infer", "report"}
 JOBS = r"/v1/projects/demo-project/locations/europe-west4/pipelineJobs"
@@ -25,22 +25,6 @@ JOBS = r"/v1/projects/demo-project/locations/europe-west4/pipelineJobs"
 # loopback port (conftest's _GCS_TEST_ENVIRONMENT): nothing here can leave the machine.
 pytestmark = pytest.mark.usefixtures("gcs_emulator")
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return compile_package(str(tmp_path_factory.mktemp("package") / "gnnflow.yaml"))
-
-
-@pytest.fixture
-def recorder() -> RecordingServer:
-    with RecordingServer() as server:
-        add_vertex_routes(server)
-        add_kfp_routes(server)
-        yield server
-
-
-@pytest.fixture
-def config_uri(gcs_bucket: str) -> str:
-    return write_inputs(gcs_bucket)
 
 
 def vertex_args(recorder: RecordingServer, bucket: str, *extra: str) -> list[str]:

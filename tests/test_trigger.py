@@ -22,7 +22,7 @@ from pipelines.submit import KfpTarget, VertexTarget
 from pipelines.trigger import TriggerSettings, cloud_function, handle
 from pipelines.trigger.__main__ import make_server
 from tests.gcs_emulator import free_port
-from tests.recording_server import RecordingServer, add_kfp_routes, add_vertex_routes, compile_package, write_inputs
+from tests.recording_server import RecordingServer
 
 JOBS = "/v1/projects/demo-project/locations/us-central1/pipelineJobs"
 
@@ -31,22 +31,6 @@ JOBS = "/v1/projects/demo-project/locations/us-central1/pipelineJobs"
 # loopback port (conftest's _GCS_TEST_ENVIRONMENT): nothing here can leave the machine.
 pytestmark = pytest.mark.usefixtures("gcs_emulator")
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return compile_package(str(tmp_path_factory.mktemp("package") / "gnnflow.yaml"))
-
-
-@pytest.fixture
-def recorder() -> Iterator[RecordingServer]:
-    with RecordingServer() as server:
-        add_vertex_routes(server)
-        add_kfp_routes(server)
-        yield server
-
-
-@pytest.fixture
-def config_uri(gcs_bucket: str) -> str:
-    return write_inputs(gcs_bucket)
 
 
 @pytest.fixture
