@@ -84,6 +84,9 @@ def test_citeseer_end_to_end_on_gcs(gcs_bucket, tmp_path, capsys):
     raw["graph"]["nodes"][0]["uri"] = f"gs://{gcs_bucket}/raw/nodes.csv.gz"
     raw["graph"]["edges"][0]["uri"] = f"gs://{gcs_bucket}/raw/edges.csv.gz"
     raw["output"] = {"root": f"gs://{gcs_bucket}/runs"}
+    # 120 labelled nodes overfit within a few epochs at lr 0.01; a smaller step and stronger
+    # weight decay give a steadier validation curve (test accuracy 0.71 in a manual run).
+    raw["training"] |= {"learning_rate": 0.005, "weight_decay": 0.005}
     config = f"gs://{gcs_bucket}/config.yaml"
     storage.write_text(config, yaml.safe_dump(raw))
     root = f"gs://{gcs_bucket}/runs/citeseer"
