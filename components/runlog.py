@@ -11,12 +11,29 @@ from contextlib import contextmanager
 from tqdm import tqdm
 
 
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record arrives, not the one at set-up: a
+    process that swaps it (pytest's capture, a notebook) still sees the log, and a closed old
+    stream is never written to."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: ANN201
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # noqa: ANN001
+        pass
+
+
 def configure(level: int = logging.INFO, prefix: str = "") -> None:
     """Idempotent: one stderr handler with timestamps, as a step's entry point (or a worker
     process, with its rank as ``prefix``) wants."""
     root = logging.getLogger()
     if not any(getattr(h, "_gnnflow", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _CurrentStderrHandler()
         handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {prefix}%(name)s: %(message)s", "%H:%M:%S"))
         handler._gnnflow = True  # type: ignore[attr-defined]
         root.addHandler(handler)
