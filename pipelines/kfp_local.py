@@ -21,6 +21,7 @@ from components.config import GnnflowConfig, load_config, resolve_config
 from components.errors import GnnflowError
 from components.infer.step import MODES
 from components.tables import tables_fingerprint
+from pipelines.local_run import metric_lines
 
 log = logging.getLogger("gnnflow.kfp_local")
 
@@ -95,9 +96,7 @@ def summary(run: KfpLocalRun) -> str:
     lines += [f"  {name:<14} {uri}" for name, uri in run.outputs.items()]
     lines.append(f"report: {run.report_html}")
     lines.append(f"metrics: {storage.parse_uri(run.outputs['report']).join('metrics.json')}")
-    for key, value in sorted(run.metrics.items()):
-        lines.append(f"  {key:<24} {value:.4f}" if isinstance(value, float) else f"  {key:<24} {value}")
-    return "\n".join(lines)
+    return "\n".join(lines + metric_lines(run.metrics))
 
 
 def run_from_cli(config_uri: str | None, output: str | None, overrides: dict[str, object], infer_mode: str = "sampled") -> KfpLocalRun:

@@ -202,7 +202,15 @@ def summary(result: RunResult) -> str:
     if result.skipped:
         lines.append(f"skipped (up to date): {', '.join(result.skipped)}")
     lines.append(f"report: {result.report_html}")
-    lines.append(f"metrics: {o.report.join('metrics.json')} (published copy: {storage.open_published(o.report).uri('metrics.json')})")
-    for key, value in sorted(result.metrics.items()):
-        lines.append(f"  {key:<24} {value:.4f}" if isinstance(value, float) else f"  {key:<24} {value}")
-    return "\n".join(lines)
+    lines.append(f"metrics: {o.report.join('metrics.json')}")
+    return "\n".join(lines + metric_lines(result.metrics))
+
+
+def metric_lines(metrics: dict[str, object]) -> list[str]:
+    """One aligned line per metric; counts and epochs (whole numbers) without decimals."""
+    def shown(value: object) -> str:
+        if isinstance(value, float):
+            return f"{value:.0f}" if value.is_integer() else f"{value:.4f}"
+        return str(value)
+
+    return [f"  {key:<24} {shown(value)}" for key, value in sorted(metrics.items())]
