@@ -28,6 +28,7 @@ from components import storage
 from components.config import apply_overrides
 from components.demo_graph import generate_demo_graph, write_demo_graph
 from components.runlog import configure
+from components.serialize.step import read_graph_metadata
 from components.starter_config import propose_config
 from pipelines.local_run import RunOutputs, plan
 
@@ -72,12 +73,13 @@ def main() -> None:
             timings[step.name] = time.perf_counter() - start
         metrics = storage.open_published(outputs.report).read_json("metrics.json")
         pre = storage.open_published(outputs.preprocessed).manifest.counts
+        paper = read_graph_metadata(storage.open_published(outputs.tfrecords)).node_types["paper"]
 
     total = sum(timings.values())
     rows = {"preprocess": NODES + EDGES, "serialize": NODES + EDGES, "partition": NODES + 2 * EDGES}
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cpus, {psutil.virtual_memory().total / 2**30:.0f} GiB; "
           f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"graph: {pre}; tables generated in {generate_s:.1f}s (not counted)")
+    print(f"graph: {pre}, {paper.feature_dim} features, {paper.num_classes} classes; tables generated in {generate_s:.1f}s (not counted)")
     print(f"| step | seconds | share | rows/s |\n|---|---:|---:|---:|")
     for name, seconds in timings.items():
         rate = f"{rows[name] / seconds:,.0f}" if name in rows else ""
