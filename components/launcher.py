@@ -27,11 +27,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
 from components.errors import GnnflowError
+
+if TYPE_CHECKING:
+    from components.storage import OutputStaging
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +172,27 @@ def launch(
     logger.info("starting ranks %d-%d of %d; rendezvous %s:%d, RPC port %d", first, contexts[-1].rank, world_size, *addresses)
     # Pickled here, so that a worker the child cannot import fails in its error reporting, not its bootstrap.
     return _Launch(contexts, pickle.dumps((worker, args)), start_timeout_s).run()
+
+
+def launch_staged(
+    staging: "OutputStaging", worker: Callable[..., R], args: tuple[Any, ...] = (), *, world_size: int,
+    processes_per_replica: int | None = None,
+) -> R | None:
+    """:func:`launch` for workers that write into ``staging``, a new generation of a step's output.
+
+    Returns rank 0's result on the replica that publishes (every local run; replica 0 on a
+    cluster) and None on the others. If any worker fails, that replica deletes what was staged
+    before re-raising, so the output published before stays as it was.
+    """
+    cluster = cluster_from_environment()
+    publishes = cluster is None or cluster.replica_rank == 0
+    try:
+        results = launch(worker, args, world_size=world_size, processes_per_replica=processes_per_replica)
+    except BaseException:
+        if publishes:
+            staging.abort()
+        raise
+    return results[0] if publishes else None
 
 
 def _free_ports(count: int) -> list[int]:

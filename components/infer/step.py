@@ -34,7 +34,7 @@ from components.infer.layerwise import check_encoder, exact_outputs
 from components.infer.metrics import embeddings_by_id, link_metrics, shard_confusion
 from components.infer.outputs import NodeOutputs
 from components.infer.restore import RestoredModel, model_config, restore_model
-from components.launcher import WorkerContext, cluster_from_environment, launch
+from components.launcher import WorkerContext, launch_staged
 from components.partition.step import STEP as PARTITION_STEP
 from components.partition.store import StoredPartition, read_metadata, read_partition
 from components.schema import NO_LABEL, SPLIT_CODES
@@ -235,27 +235,20 @@ def infer(config: GnnflowConfig, partitions_uri: storage.Uri | str, model_uri: s
                            "layers: give one fan-out per layer")
     if restored.spec != config.model:
         log.warning("the config's model section differs from the one %s was trained with; using the trained one", model_output.root)
-    cluster = cluster_from_environment()
-    leader = cluster is None or cluster.replica_rank == 0
     staging = storage.OutputStaging(output, STEP)
     job = InferJob(str(partitions.root), str(model_output.root), str(output), staging.generation, model_config(config, restored.spec), mode)
     log.info("infer: %s with %s → %s, %d worker(s), %s mode", partitions.root, model_output.root, output, world_size, mode)
     start = time.perf_counter()
-    try:
-        results = launch(infer_worker, (job,), world_size=world_size, processes_per_replica=config.resources.processes_per_replica)
-    except BaseException:
-        if leader:
-            staging.abort()
-        raise
-    if not leader:
+    result = launch_staged(staging, infer_worker, (job,), world_size=world_size, processes_per_replica=config.resources.processes_per_replica)
+    if result is None:
         return None
-    result = results[0]
     staging.add_entries(result["entries"])
     metrics, counts = result["metrics"], result["counts"]
     metadata_out = {"partitions": str(partitions.root), "model": str(model_output.root), "mode": mode, "metrics": metrics}
     published = staging.publish(counts={**counts, "workers": world_size}, metadata=metadata_out)
     total = sum(counts.values())
-    log.info("infer: %d nodes embedded in %.1fs (%.0f nodes/s, slowest worker) out of %.1fs in all; published %s/%s",
-             total, result["seconds"], total / max(result["seconds"], 1e-9), time.perf_counter() - start, output, shards.EMBEDDINGS_FOLDER)
+    log.info("infer: %d nodes embedded in %.1fs (%.0f nodes/s, slowest worker) out of %.1fs in all; published %s (shards in %s)",
+             total, result["seconds"], total / max(result["seconds"], 1e-9), time.perf_counter() - start, output,
+             published.root.join(published.manifest.generation, shards.EMBEDDINGS_FOLDER))
     log.info("infer: %s", ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()))
     return published

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from components import storage
 from components.config import PartitionSpec
-from components.launcher import WorkerContext, cluster_from_environment, launch
+from components.launcher import WorkerContext, launch_staged
 from components.partition.loading import load_graph
 from components.partition.partitioner import partition_graph, stored_edge_types
 from components.partition.store import METADATA_FILE, PartitionMetadata, write_books, write_partition
@@ -86,22 +86,15 @@ def partition(input_uri: storage.Uri | str, output: storage.Uri | str, options: 
               processes_per_replica: int = 1) -> storage.PublishedOutput | None:
     """Runs the step; returns the published output (None on cluster replicas other than the first)."""
     output = storage.parse_uri(output)
-    cluster = cluster_from_environment()
     storage.open_published(input_uri, step=SERIALIZE_STEP)  # fail here, before any worker starts
     staging = storage.OutputStaging(output, STEP)
     job = PartitionJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, options)
-    leader = cluster is None or cluster.replica_rank == 0
     log.info("partition: %s → %s with %d worker(s)", input_uri, output, world_size)
     start = time.perf_counter()
-    try:
-        results = launch(partition_worker, (job,), world_size=world_size, processes_per_replica=processes_per_replica)
-    except BaseException:
-        if leader:
-            staging.abort()
-        raise
-    if not leader:
+    entries = launch_staged(staging, partition_worker, (job,), world_size=world_size, processes_per_replica=processes_per_replica)
+    if entries is None:
         return None
-    staging.add_entries(results[0])
+    staging.add_entries(entries)
     summary = PartitionMetadata.from_json(storage.read_text(staging.uri(METADATA_FILE)), METADATA_FILE)
     counts = {"partitions": summary.num_partitions}
     counts |= {f"nodes.{t}": sum(c) for t, c in summary.node_counts.items()}
