@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
+from components.storage import Uri, parse_uri
 from tests.flaky_http_proxy import Failure, FlakyProxy
 from tests.gcs_emulator import GcsEmulator
 from tests.recording_server import RecordingServer, add_kfp_routes, add_vertex_routes, compile_package, write_inputs
@@ -68,6 +70,16 @@ def flaky_gcs(gcs_emulator: GcsEmulator) -> Iterator[Callable[[Sequence[Failure]
     yield make
     for proxy in proxies:
         proxy.stop()
+
+
+@pytest.fixture(params=["local", "gcs"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> Uri:
+    """An empty storage folder, once per backend: under tmp_path, or an object prefix in a fresh
+    emulator bucket (test_storage.py, test_publish.py)."""
+    if request.param == "local":
+        return parse_uri(tmp_path / "root")
+    bucket = request.getfixturevalue("gcs_bucket")
+    return parse_uri(f"gs://{bucket}/root")
 
 
 # --------------------------------------------------------------------------- end of GCS

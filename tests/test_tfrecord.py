@@ -11,7 +11,7 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from components.errors import GnnflowError
-from components import tfrecord
+from components.tfrecord import decode as tfrecord_decode
 from components.tfrecord import (TFRecordWriter, decode_examples, decode_tfrecord_file, encode_examples, frame_record,
                                   iter_records)
 
@@ -292,13 +292,13 @@ def test_file_decoder_reads_tensorflows_files(tmp_path: Path, monkeypatch: pytes
             if extra_key:
                 example.features.feature["name"].bytes_list.value.append(b"node-%d" % (i * 37 % 1000))
             writer.write(example.SerializeToString())
-    general, decode_one = [], tfrecord._decode_one
+    general, decode_one = [], tfrecord_decode._decode_one
 
     def counting(buf: bytes, index: int, *args: object) -> None:
         general.append(index)
         decode_one(buf, index, *args)
 
-    monkeypatch.setattr(tfrecord, "_decode_one", counting)
+    monkeypatch.setattr(tfrecord_decode, "_decode_one", counting)
     got = decode_tfrecord_file(path.read_bytes(), {"id": 1, "label": 1, "split": 1, "pair": 2}, {"feat": 7, "none": 0},
                                source=str(path))
     for k, v in {**ints, **floats}.items():
