@@ -13,7 +13,7 @@
 (b) Partition step: a graph of --nodes nodes (--dim features, 7 classes) and --edges random
     undirected edges (no features, like serialize's output for a node-classification graph)
     written straight into a published serialize output (shards, graph_metadata.json,
-    manifest.json), then `components.partition.step.partition(..., world_size=--world-size)`.
+    manifest.json; `benchmarks/synthetic_graph.py`), then `components.partition.step.partition(..., world_size=--world-size)`.
     Reported: input edges / wall second, each worker's loading and partition+write seconds
     (from its log), and each worker's peak RSS (worker process plus its loader children,
     sampled every 0.5 s; shared-memory tensors handed from a child to its worker count in both).
@@ -31,7 +31,6 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,14 +41,14 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from benchmarks.peak_memory import PeakMemory  # noqa: E402
+from benchmarks.synthetic_graph import WRITE_BATCH, make_graph, write_serialized  # noqa: E402
 from components import storage  # noqa: E402
-from components.config import PartitionSpec, SerializeSpec  # noqa: E402
-from components.schema import NO_SPLIT, EdgeTypeSchema, GraphSchema, NodeTypeSchema  # noqa: E402
-from components.serialize.step import METADATA_FILE, shard_count  # noqa: E402
+from components.config import PartitionSpec  # noqa: E402
 from components.tfrecord import decode_tfrecord_file, encode_examples  # noqa: E402
 
 BATCH = 10_000  # the baseline's tf.data batch
-WRITE_BATCH = 8192  # rows per encode_examples call, as serialize's Parquet batches
+PARTITION_CLASSES = 7
 LOG_ENV = "GNNFLOW_BENCH_LOG"
 
 if __name__ == "__mp_main__" and os.environ.get(LOG_ENV):
@@ -158,7 +157,7 @@ def loader_benchmark(args: argparse.Namespace, tmp: Path) -> None:
     print("|---|---:|---:|---:|---:|---:|")
     labels = {
         "gigl_seq": f"GiGL-style: tf.data + batch({BATCH}) + parse_example, {dim} float keys, sequential",
-        "gigl_par": f"GiGL-style: same, AUTOTUNE parallel reads and parsing",
+        "gigl_par": "GiGL-style: same, AUTOTUNE parallel reads and parsing",
         "decode": "ours: read bytes + `decode_tfrecord_file` per shard, concatenated (numpy)",
         "entity": "ours: `read_entity` (read + decode + torch tensors, what a loader child runs)",
         "raw": "raw read of our shards' bytes (`Path.read_bytes`)",
@@ -173,85 +172,13 @@ def loader_benchmark(args: argparse.Namespace, tmp: Path) -> None:
 # ----------------------------------------------------------------------------- (b) partition
 
 
-def write_serialized_graph(out: Path, nodes: int, edges: int, dim: int, seed: int = 1) -> storage.PublishedOutput:
-    """A published serialize output as `components.serialize` writes it, from generated tensors."""
-    rng = np.random.default_rng(seed)
-    options = SerializeSpec()
-    classes = 7
-    split = rng.choice(3, nodes, p=[0.8, 0.1, 0.1]).astype(np.int64)
-    node_ints = {"node_id": np.arange(nodes, dtype=np.int64), "label": rng.integers(0, classes, nodes), "split": split}
-    node_floats = {"features": rng.standard_normal((nodes, dim), dtype=np.float32)}
-    edge_ints = {"edge_id": np.arange(edges, dtype=np.int64), "src": rng.integers(0, nodes, edges),
-                 "dst": rng.integers(0, nodes, edges), "split": np.full(edges, NO_SPLIT, np.int64)}
-    edge_floats = {"features": np.zeros((edges, 0), np.float32)}
-    with storage.staged_output(str(out), "serialize") as staging:
-        files: dict[str, tuple[list[str], list[int]]] = {}
-        for folder, ints, floats, rows, d in (("nodes/paper", node_ints, node_floats, nodes, dim),
-                                               ("edges/paper__cites__paper", edge_ints, edge_floats, edges, 0)):
-            count = shard_count(rows, d, options)
-            bounds = np.linspace(0, rows, count + 1).astype(int)
-            paths = [f"{folder}/shard-{i:05d}-of-{count:05d}.tfrecord" for i in range(count)]
-            for i, path in enumerate(paths):
-                with staging.open_write(path) as writer:
-                    for lo in range(bounds[i], bounds[i + 1], WRITE_BATCH):
-                        hi = min(lo + WRITE_BATCH, bounds[i + 1])
-                        writer.write(encode_examples({k: v[lo:hi] for k, v in ints.items()},
-                                                     {k: v[lo:hi] for k, v in floats.items()}))
-            files[folder] = (paths, np.diff(bounds).tolist())
-        sizes = {name: int((split == code).sum()) for name, code in (("train", 0), ("val", 1), ("test", 2))}
-        node_type = NodeTypeSchema("paper", nodes, [f"f{j}" for j in range(dim)], [f"class_{c}" for c in range(classes)],
-                                   sizes, files["nodes/paper"][0], file_rows=files["nodes/paper"][1])
-        edge_type = EdgeTypeSchema("paper", "cites", "paper", edges, [], True, {"train": 0, "val": 0, "test": 0},
-                                   files["edges/paper__cites__paper"][0], file_rows=files["edges/paper__cites__paper"][1])
-        record_format = {"node_types": {"paper": {"int64": {"node_id": 1, "label": 1, "split": 1}, "float": {"features": dim}}},
-                         "edge_types": {edge_type.name: {"int64": {"edge_id": 1, "src": 1, "dst": 1, "split": 1},
-                                                         "float": {"features": 0}}}}
-        metadata = GraphSchema("node_classification", "paper", {"paper": node_type}, {edge_type.name: edge_type}, record_format)
-        staging.write_bytes(METADATA_FILE, metadata.to_json().encode())
-        return staging.publish(counts={"nodes.paper": nodes, f"edges.{edge_type.name}": edges})
-
-
-def _is_tracker(process: psutil.Process) -> bool:
-    return "resource_tracker" in " ".join(process.cmdline())  # multiprocessing's helper, not a worker
-
-
-class PeakMemory:
-    """Samples the RSS of each direct child of this process (a worker) plus its descendants."""
-
-    def __init__(self, interval_s: float = 0.5) -> None:
-        self.interval_s, self.peaks, self.alone = interval_s, {}, {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        me = psutil.Process()
-        while not self.stop.wait(self.interval_s):
-            for child in me.children():
-                try:
-                    if _is_tracker(child):
-                        continue
-                    own = child.memory_info().rss
-                    total = own + sum(p.memory_info().rss for p in child.children(recursive=True) if not _is_tracker(p))
-                    key = (child.create_time(), child.pid)
-                except psutil.Error:
-                    continue
-                self.peaks[key] = max(self.peaks.get(key, 0), total)
-                self.alone[key] = max(self.alone.get(key, 0), own)
-
-    def __enter__(self) -> "PeakMemory":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
 def partition_benchmark(args: argparse.Namespace, tmp: Path) -> None:
     from components.partition.step import partition
 
     start = time.perf_counter()
-    serialized = write_serialized_graph(tmp / "tfrecords", args.nodes, args.edges, args.dim)
+    graph = make_graph(args.nodes, args.edges, args.dim, classes=PARTITION_CLASSES, seed=1)
+    serialized = write_serialized(tmp / "tfrecords", graph, PARTITION_CLASSES)
+    del graph
     write_s = time.perf_counter() - start
     shard_bytes = sum(e.size for e in serialized.manifest.files.values())
     log_path = tmp / "workers.log"

@@ -80,7 +80,7 @@ def main() -> None:
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cpus, {psutil.virtual_memory().total / 2**30:.0f} GiB; "
           f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"graph: {pre}, {paper.feature_dim} features, {paper.num_classes} classes; tables generated in {generate_s:.1f}s (not counted)")
-    print(f"| step | seconds | share | rows/s |\n|---|---:|---:|---:|")
+    print("| step | seconds | share | rows/s |\n|---|---:|---:|---:|")
     for name, seconds in timings.items():
         rate = f"{rows[name] / seconds:,.0f}" if name in rows else ""
         print(f"| {name} | {seconds:.1f} | {seconds / total:.0%} | {rate} |")

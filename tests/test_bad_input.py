@@ -3,7 +3,6 @@ no published output — and a previously published output left intact."""
 
 from __future__ import annotations
 
-import gzip
 import pathlib
 import subprocess
 import sys

@@ -9,7 +9,6 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from components import storage
 from components.config import apply_overrides
 from components.demo_graph import generate_demo_graph, write_demo_graph
 from components.infer.step import infer

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from components import storage
-from components.config import PartitionSpec, SerializeSpec, load_config
+from components.config import PartitionSpec, load_config
 from components.errors import GnnflowError
 from components.launcher import launch
 from components.partition.loading import assign_shards, load_graph

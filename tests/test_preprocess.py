@@ -67,7 +67,7 @@ def test_hashing_is_stable_and_one_hot_has_other_slot(tmp_path):
 
 
 def test_fitted_state_is_reused_for_new_data(tmp_path):
-    fitted = preprocess(load_config(write_tiny_graph(tmp_path / "fit")), tmp_path / "fit" / "out")
+    preprocess(load_config(write_tiny_graph(tmp_path / "fit")), tmp_path / "fit" / "out")
     new_nodes = "node_id,label,split,x1,x2,color\nq,red,test,3.0,30,purple\nr,blue,test,100.0,0,blue\n"
     config = load_config(write_tiny_graph(tmp_path / "new", new_nodes, "src,dst,weight\nq,r,1\n"))
     state = load_fitted_state(tmp_path / "fit" / "out")

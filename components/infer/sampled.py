@@ -61,7 +61,7 @@ def sampled_outputs(setup: SamplingSetup, dataset, part: StoredPartition, model:
     num_classes = schema.node_types[schema.target].num_classes if classify else 0
     results: dict[str, NodeOutputs] = {}
     sampled = sampling_types(part.metadata.edge_counts, setup.edge_dir)
-    for index, node_type in enumerate(schema.node_types):
+    for node_type in schema.node_types:
         own = part.nodes[node_type]["node_id"]
         with_probabilities = classify and node_type == schema.target
         if node_type not in sampled:
@@ -72,8 +72,7 @@ def sampled_outputs(setup: SamplingSetup, dataset, part: StoredPartition, model:
                      setup.ctx.rank, node_type, len(own), setup.edge_dir)
             continue
         seeds = own if len(own) else torch.zeros(1, dtype=torch.int64)
-        loader = node_loader(setup, dataset, (node_type, seeds) if hetero else seeds, batch_size=batch_size, shuffle=False,
-                             loader_index=index)
+        loader = node_loader(setup, dataset, (node_type, seeds) if hetero else seeds, batch_size=batch_size, shuffle=False)
         start, pieces = time.perf_counter(), []
         for batch in loader:
             ids, embeddings = _embed_batch(module, batch, node_type, hetero)

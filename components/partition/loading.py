@@ -23,7 +23,6 @@ import torch.multiprocessing as torch_mp
 from components import storage
 from components.errors import GnnflowError
 from components.schema import GraphSchema
-from components.tfrecord import decode_examples, iter_records
 
 log = logging.getLogger("gnnflow.partition")
 

@@ -1,14 +1,25 @@
-"""A fix for GLT 0.2.4's distributed sampler, applied in each process before it samples.
+"""Fixes for GLT 0.2.4's distributed sampling, applied in each process before it samples.
 
-``DistNeighborSampler._sample_one_hop`` answers an empty set of sources with a bare tensor
-instead of a ``NeighborOutput``, and the caller then fails on ``output.nbr``. Sources run out
-whenever a hop finds no node the batch has not seen yet: a batch that already holds its whole
-neighbourhood (every batch of a one-partition graph smaller than the batch size, or seeds whose
-neighbours are all seeds too). The caller already stops at a hop with no neighbours, so an empty
-``NeighborOutput`` is the answer it expects.
+1. ``DistNeighborSampler._sample_one_hop`` answers an empty set of sources with a bare tensor
+   instead of a ``NeighborOutput``, and the caller then fails on ``output.nbr``. Sources run out
+   whenever a hop finds no node the batch has not seen yet: a batch that already holds its whole
+   neighbourhood (every batch of a one-partition graph smaller than the batch size, or seeds
+   whose neighbours are all seeds too). The caller already stops at a hop with no neighbours, so
+   an empty ``NeighborOutput`` is the answer it expects. Multiprocess loaders run their samplers
+   in subprocesses that GLT spawns itself; those get the fix when they unpickle their worker
+   options (see ``_options_with_fixes``).
+2. A multiprocess loader starts its sampling subprocesses behind a ``multiprocessing.Barrier``
+   that GLT drops as soon as the trainer passes it. Dropping it frees the barrier's shared
+   counters, and the next shared value the trainer allocates (the next loader's) reuses their
+   memory: a subprocess that had not yet woken then reads "not released", waits forever, and
+   the trainer waits for its batches. ``start_barriers_kept`` and ``keep_with`` keep each such
+   barrier as long as its loader.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 
@@ -16,10 +27,14 @@ _INSTALLED = False
 
 
 def install() -> None:
-    """Idempotent; sampling subprocesses that GLT spawns itself (multiprocess mode) are not covered."""
+    """Idempotent: patches this process's GLT (fix 1) and how it hands worker options to the
+    sampling subprocesses it spawns, so that they patch theirs."""
     global _INSTALLED
     if _INSTALLED:
         return
+    from multiprocessing.reduction import ForkingPickler
+
+    from graphlearn_torch.distributed import MpDistSamplingWorkerOptions
     from graphlearn_torch.distributed.dist_neighbor_sampler import DistNeighborSampler
     from graphlearn_torch.sampler import NeighborOutput
 
@@ -32,4 +47,45 @@ def install() -> None:
         return await sample_one_hop(self, srcs, num_nbr, etype)
 
     DistNeighborSampler._sample_one_hop = sample_one_hop_or_nothing
+    ForkingPickler.register(MpDistSamplingWorkerOptions, lambda options: (_options_with_fixes, (options.__dict__,)))
     _INSTALLED = True
+
+
+def _options_with_fixes(state: dict):
+    """Unpickles worker options in a GLT sampling subprocess, installing the fixes first (the
+    subprocess unpickles its arguments before it builds its sampler)."""
+    install()
+    from graphlearn_torch.distributed import MpDistSamplingWorkerOptions
+
+    options = MpDistSamplingWorkerOptions.__new__(MpDistSamplingWorkerOptions)
+    options.__dict__.update(state)
+    return options
+
+
+@contextlib.contextmanager
+def start_barriers_kept() -> Iterator[list]:
+    """While GLT builds a loader, every barrier it makes from the spawn context is put in the
+    yielded list (fix 2); keep the list as long as the loader (``keep_with``)."""
+    import torch.multiprocessing as mp
+
+    spawn = mp.get_context("spawn")  # the process-wide context object GLT asks for
+    make = spawn.Barrier
+    kept: list = []
+
+    def barrier(*args, **kwargs):
+        made = make(*args, **kwargs)
+        kept.append(made)
+        return made
+
+    spawn.Barrier = barrier
+    try:
+        yield kept
+    finally:
+        del spawn.Barrier  # back to the class's method
+
+
+def keep_with(loader, kept: list):
+    """``loader``, holding ``kept`` for its lifetime; dropping the shut-down loader frees them
+    (and their semaphores) cleanly, before a worker's hard exit could leave them to the tracker."""
+    loader.gnnflow_start_barriers = kept
+    return loader

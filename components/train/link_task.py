@@ -54,9 +54,9 @@ class LinkTask:
         schema = part.metadata.schema
         count = schema.edge_types[schema.target].count
         self.pairs = {name: positive_pairs(part, schema.target, name, count) for name in ("train", "val", "test")}
+        # Every worker builds every loader, even over no pairs: building one is collective in GLT.
         self.loaders = {
-            name: link_loader(setup, dataset, None, pairs, shuffle=name == "train", loader_index=index) if pairs.shape[1] else None
-            for index, (name, pairs) in enumerate(self.pairs.items())
+            name: link_loader(setup, dataset, None, pairs, shuffle=name == "train") for name, pairs in self.pairs.items()
         }
 
     def train_epoch(self, model: nn.Module, optimizer: torch.optim.Optimizer, show_progress: bool) -> EpochResult:
@@ -66,7 +66,7 @@ class LinkTask:
         bar = progress("train", unit="batch") if show_progress else None
         joined = model.join() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
         with joined:
-            for batch in self.loaders["train"] or []:
+            for batch in self.loaders["train"]:
                 optimizer.zero_grad()
                 logits = model(batch.x, batch.edge_index, batch.edge_label_index)
                 loss = F.binary_cross_entropy_with_logits(logits, batch.edge_label.float())
@@ -87,7 +87,7 @@ class LinkTask:
         """ROC-AUC of ``split`` positives against as many sampled negatives, over every worker."""
         model.eval()
         scores, labels = [torch.zeros(0)], [torch.zeros(0)]
-        for batch in self.loaders[split] or []:
+        for batch in self.loaders[split]:
             scores.append(model(batch.x, batch.edge_index, batch.edge_label_index))
             labels.append(batch.edge_label.float())
         all_scores, all_labels = all_gather_cat(torch.cat(scores)), all_gather_cat(torch.cat(labels))
@@ -95,5 +95,5 @@ class LinkTask:
 
     def shutdown(self) -> None:
         for loader in self.loaders.values():
-            if loader is not None:
-                loader.shutdown()
+            loader.shutdown()
+        self.loaders = {}  # and let go of them (see glt_compat.keep_with)

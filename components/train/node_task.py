@@ -63,13 +63,15 @@ class NodeTask:
             return (self.target, own) if self.hetero else own
 
         self.seed_counts = {name: len(getattr(splits, name)[self.target]) for name in ("train", "val", "test")}
-        # A worker whose partition holds no seeds of a split gets no loader for it (and no batches).
+        # Every worker builds every loader, even over no seeds (then it yields no batches):
+        # building one is collective in GLT (RPC all-gathers), so a worker that skipped it
+        # would leave its peers waiting.
         self.loaders = {
             name: node_loader(
-                setup, dataset, seeds(getattr(splits, name)), shuffle=name == "train", loader_index=index,
+                setup, dataset, seeds(getattr(splits, name)), shuffle=name == "train",
                 batch_size=training.batch_size if name == "train" else training.eval_batch_size,
-            ) if self.seed_counts[name] else None
-            for index, name in enumerate(("train", "val", "test"))
+            )
+            for name in ("train", "val", "test")
         }
 
     def _inputs(self, batch) -> tuple:
@@ -99,7 +101,7 @@ class NodeTask:
         return EpochResult(float(totals[0]) / max(count, 1), int(totals[1]), seconds, classification_metrics(confusion))
 
     def _train_batches(self, model, optimizer, confusion, bar, stats: list) -> None:
-        for batch in self.loaders["train"] or []:
+        for batch in self.loaders["train"]:
             x, edge_index, y, size = self._inputs(batch)
             optimizer.zero_grad()
             logits = model(x, edge_index)[:size]
@@ -118,7 +120,7 @@ class NodeTask:
         """Accuracy and macro-F1 over every worker's ``split`` seeds."""
         model.eval()
         confusion = torch.zeros((self.num_classes, self.num_classes), dtype=torch.int64)
-        for batch in self.loaders[split] or []:
+        for batch in self.loaders[split]:
             x, edge_index, y, size = self._inputs(batch)
             pred = model(x, edge_index)[:size].argmax(-1)
             labelled = y >= 0
@@ -127,5 +129,5 @@ class NodeTask:
 
     def shutdown(self) -> None:
         for loader in self.loaders.values():
-            if loader is not None:
-                loader.shutdown()
+            loader.shutdown()
+        self.loaders = {}  # and let go of them (see glt_compat.keep_with)

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from components.config import TrainingSpec
 from components.launcher import WorkerContext
 from components.partition.dataset import edge_type_tuple
 from components.train import glt_compat
+
+# GLT serves remote sampling requests on its RPC threads, and its samplers draw from one random
+# engine per thread (seeded from training.seed). With several threads, which thread serves which
+# request, and so which numbers a batch gets, depends on timing; with one, the same config and
+# world size sample the same neighbours every run. On the benchmark graph one thread costs no
+# measurable speed (benchmarks/RESULTS.md).
+RPC_THREADS = 1
+CHANNEL_BATCHES_PER_SUBPROCESS = 4
 
 
 @dataclass(frozen=True)
@@ -20,50 +30,73 @@ class SamplingSetup:
     training: TrainingSpec
     edge_dir: str  # "out" when partitions hold edges by source, else "in"
 
-    def worker_options(self, loader_index: int):
+    def worker_options(self):
+        """GLT's options for one loader; collective in multiprocess mode (every rank calls it)."""
         import graphlearn_torch as glt
 
         if self.training.sampling == "collocated":
             return glt.distributed.CollocatedDistSamplingWorkerOptions(
-                master_addr=self.ctx.master_addr, master_port=self.ctx.rpc_port, rpc_timeout=180
+                master_addr=self.ctx.master_addr, master_port=self.ctx.rpc_port, num_rpc_threads=RPC_THREADS, rpc_timeout=180
             )
-        # Each multiprocess loader's sampling subprocesses form their own RPC group: one port
-        # per loader, offset from the worker group's ports so every rank derives the same one.
-        return glt.distributed.MpDistSamplingWorkerOptions(
+        # One batch in flight per subprocess and one RPC thread keep the random draws in a fixed
+        # order (see RPC_THREADS); with one subprocess, batches then arrive in a fixed order too.
+        options = glt.distributed.MpDistSamplingWorkerOptions(
             num_workers=self.training.sampling_workers,
             worker_concurrency=1,
             master_addr=self.ctx.master_addr,
-            master_port=self.ctx.rpc_port + 1 + loader_index,
+            master_port=self._port_chosen_by_rank_zero(),
             channel_size="256MB",
             pin_memory=False,
+            num_rpc_threads=RPC_THREADS,
             rpc_timeout=180,
         )
+        # GLT sizes the channel at num_workers * worker_concurrency messages, but its
+        # shared-memory queue never delivers with a capacity of 1 (producer and consumer both
+        # wait); room for a few finished batches per subprocess also lets sampling run ahead.
+        options.channel_capacity = CHANNEL_BATCHES_PER_SUBPROCESS * self.training.sampling_workers
+        return options
+
+    def _port_chosen_by_rank_zero(self) -> int:
+        """Each multiprocess loader's sampling subprocesses form an RPC group of their own,
+        whose rendezvous runs in rank 0's first subprocess: rank 0 picks a port free on its
+        machine now, and every rank gets the same one."""
+        port = [0]
+        if self.ctx.rank == 0:
+            with socket.socket() as sock:
+                sock.bind(("", 0))
+                port[0] = sock.getsockname()[1]
+        dist.broadcast_object_list(port, src=0)
+        return int(port[0])
 
 
 def node_loader(setup: SamplingSetup, dataset, seeds: torch.Tensor | tuple[str, torch.Tensor], *, batch_size: int,
-                shuffle: bool, loader_index: int, fan_outs: list[int] | None = None):
+                shuffle: bool, fan_outs: list[int] | None = None):
     """Mini-batches of the sampled neighbourhoods of ``seeds`` (global ids owned by this worker)."""
     import graphlearn_torch as glt
 
     glt_compat.install()
 
-    return glt.distributed.DistNeighborLoader(
-        dataset, fan_outs or setup.training.fan_outs, seeds, batch_size=batch_size, shuffle=shuffle,
-        collect_features=True, edge_dir=setup.edge_dir, random_seed=setup.training.seed + setup.ctx.rank,
-        worker_options=setup.worker_options(loader_index),
-    )
+    with glt_compat.start_barriers_kept() as kept:
+        loader = glt.distributed.DistNeighborLoader(
+            dataset, fan_outs or setup.training.fan_outs, seeds, batch_size=batch_size, shuffle=shuffle,
+            collect_features=True, edge_dir=setup.edge_dir, random_seed=setup.training.seed + setup.ctx.rank,
+            worker_options=setup.worker_options(),
+        )
+    return glt_compat.keep_with(loader, kept)
 
 
-def link_loader(setup: SamplingSetup, dataset, edge_type: str | None, pairs: torch.Tensor, *, shuffle: bool, loader_index: int):
+def link_loader(setup: SamplingSetup, dataset, edge_type: str | None, pairs: torch.Tensor, *, shuffle: bool):
     """Mini-batches of positive ``pairs`` (2, m) plus sampled negative pairs, labelled 1 / 0."""
     import graphlearn_torch as glt
 
     glt_compat.install()
 
     seeds = (edge_type_tuple(edge_type), pairs) if edge_type else pairs
-    return glt.distributed.DistLinkNeighborLoader(
-        dataset, setup.training.fan_outs, batch_size=setup.training.batch_size, edge_label_index=seeds,
-        neg_sampling=glt.sampler.NegativeSampling("binary", setup.training.negative_ratio), shuffle=shuffle,
-        collect_features=True, edge_dir=setup.edge_dir, random_seed=setup.training.seed + setup.ctx.rank,
-        worker_options=setup.worker_options(loader_index),
-    )
+    with glt_compat.start_barriers_kept() as kept:
+        loader = glt.distributed.DistLinkNeighborLoader(
+            dataset, setup.training.fan_outs, batch_size=setup.training.batch_size, edge_label_index=seeds,
+            neg_sampling=glt.sampler.NegativeSampling("binary", setup.training.negative_ratio), shuffle=shuffle,
+            collect_features=True, edge_dir=setup.edge_dir, random_seed=setup.training.seed + setup.ctx.rank,
+            worker_options=setup.worker_options(),
+        )
+    return glt_compat.keep_with(loader, kept)

@@ -32,7 +32,7 @@ from components.partition.store import read_partition
 from components.train import checkpoint
 from components.train.link_task import LinkTask, build_link_predictor, training_edges
 from components.train.node_task import NodeTask, build_node_classifier
-from components.train.sampling import SamplingSetup
+from components.train.sampling import RPC_THREADS, SamplingSetup
 
 log = logging.getLogger("gnnflow.train")
 
@@ -72,7 +72,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
     link = schema.task_type == "link_prediction"
     dataset = to_dist_dataset(part, edge_filter=training_edges(part, schema.target) if link else None)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-train")
-    glt.distributed.init_rpc(master_addr=ctx.master_addr, master_port=ctx.rpc_port, num_rpc_threads=4, rpc_timeout=300)
+    glt.distributed.init_rpc(master_addr=ctx.master_addr, master_port=ctx.rpc_port, num_rpc_threads=RPC_THREADS, rpc_timeout=300)
     setup = SamplingSetup(ctx, config.training, edge_dir)
     task = LinkTask(setup, dataset, part, config) if link else NodeTask(setup, dataset, part, node_splits(part), config)
     _seed_everything(config.training.seed)
