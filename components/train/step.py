@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from components import storage
 from components.config import GnnflowConfig
-from components.launcher import WorkerContext, cluster_from_environment, launch
+from components.launcher import WorkerContext, launch_staged
 from components.partition.dataset import node_splits, to_dist_dataset
 from components.partition.step import STEP as PARTITION_STEP
 from components.partition.store import read_partition
@@ -149,23 +149,17 @@ def train(config: GnnflowConfig, input_uri: storage.Uri | str, output: storage.U
     """Runs the step; returns the published model (None on cluster replicas other than the first)."""
     output = storage.parse_uri(output)
     storage.open_published(input_uri, step=PARTITION_STEP)  # fail here, before any worker starts
-    cluster = cluster_from_environment()
-    leader = cluster is None or cluster.replica_rank == 0
     staging = storage.OutputStaging(output, STEP)
     world_size = config.resources.world_size
     job = TrainJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, config)
     log.info("train: %s → %s, %d worker(s), %s", input_uri, output, world_size, config.task.type)
     start = time.perf_counter()
-    try:
-        results = launch(train_worker, (job,), world_size=world_size, processes_per_replica=config.resources.processes_per_replica)
-    except BaseException:
-        if leader:
-            staging.abort()
-        raise
-    if not leader:
+    result = launch_staged(staging, train_worker, (job,), world_size=world_size,
+                           processes_per_replica=config.resources.processes_per_replica)
+    if result is None:  # a cluster replica that does not publish
         return None
-    staging.add_entries(results[0]["entries"])
-    metrics = results[0]["metrics"]
+    staging.add_entries(result["entries"])
+    metrics = result["metrics"]
     published = staging.publish(counts={"epochs": metrics["epochs_run"]}, metadata={"source": str(input_uri), "metrics": metrics})
     log.info("train: published %s in %.1fs: %s", output, time.perf_counter() - start,
              ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()))
