@@ -120,9 +120,61 @@ class TaskSpec(_Section):
     split: SplitSpec = Field(default_factory=SplitSpec, description="Split column values, or random split fractions.")
 
 
+class DataflowSpec(_Section):
+    """The Dataflow job of a data step (preprocess, serialize) when ``preprocess.beam.runner`` is dataflow.
+
+    Workers run the step image as their SDK container, so they hold exactly the pinned packages.
+    """
+
+    project: str | None = Field(None, min_length=1, description="Google Cloud project of the job (required for dataflow).")
+    region: str = Field("us-central1", min_length=1, description="Dataflow region.")
+    temp_location: str | None = Field(None, pattern=r"^gs://[^/]+", description="gs:// prefix for the job's temporary files (required for dataflow).")
+    staging_location: str | None = Field(None, pattern=r"^gs://[^/]+", description="gs:// prefix for staged job files; default: <temp_location>/staging.")
+    machine_type: str = Field("n1-standard-4", min_length=1, description="Compute Engine machine type of every worker.")
+    num_workers: int | None = Field(None, ge=1, description="Workers to start with; default: Dataflow's choice.")
+    max_num_workers: int = Field(10, ge=1, description="Most workers autoscaling may use.")
+    disk_size_gb: int | None = Field(None, ge=10, description="Boot disk of every worker, in GB; default: Dataflow's.")
+    service_account: str | None = Field(None, description="Service account the workers run as; default: the Compute Engine default.")
+    network: str | None = Field(None, description="VPC network of the workers; default: 'default'.")
+    subnetwork: str | None = Field(None, description="Subnetwork (regions/REGION/subnetworks/NAME or a full URL).")
+    use_public_ips: bool = Field(True, description="false: workers get private IPs only (needs Private Google Access).")
+    sdk_container_image: str | None = Field(
+        None, description="Worker image; default: the pipeline's step image (a pipeline task) — required when a step runs on its own."
+    )
+    job_name_prefix: str = Field("gnnflow", pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", description="Job names are <prefix>-<step>-<time>.")
+    dataflow_endpoint: str | None = Field(None, description="Dataflow API endpoint; default: Google's.")
+
+
+class BeamSpec(_Section):
+    """The Apache Beam pipeline behind ``preprocess.engine: beam`` (steps preprocess and serialize)."""
+
+    runner: Literal["local", "dataflow"] = Field(
+        "local", description="local: Beam's portable FnApiRunner with num_workers processes on this machine; dataflow: a Dataflow job (see dataflow)."
+    )
+    num_workers: int = Field(2, ge=1, description="local: worker processes (Beam's direct_num_workers).")
+    join_buckets: int | None = Field(
+        None, ge=1, description="Buckets that node ids are hashed into for duplicate checks and the edge-endpoint join; "
+        "default: about one per 32 MiB of input, at least 4 per worker. A bucket's ids must fit one worker."
+    )
+    dataflow: DataflowSpec = Field(default_factory=DataflowSpec, description="The Dataflow job when runner is dataflow.")
+
+    @model_validator(mode="after")
+    def _dataflow_complete(self) -> "BeamSpec":
+        if self.runner == "dataflow":
+            missing = [name for name in ("project", "temp_location") if getattr(self.dataflow, name) is None]
+            if missing:
+                raise ValueError(f"runner dataflow needs preprocess.beam.dataflow.{' and .'.join(missing)}")
+        return self
+
+
 class PreprocessSpec(_Section):
     csv_block_bytes: int = Field(16 << 20, gt=0, description="CSV bytes parsed per chunk (bounds memory).")
     parquet_batch_rows: int = Field(65_536, gt=0, description="Parquet rows read per chunk (bounds memory).")
+    engine: Literal["local", "beam"] = Field(
+        "local", description="How preprocess and serialize run: local: in this process; beam: an Apache Beam pipeline "
+        "(many processes here, or Dataflow) for tables beyond one machine. Both publish the same outputs."
+    )
+    beam: BeamSpec = Field(default_factory=BeamSpec, description="The Beam pipeline when engine is beam.")
 
 
 class SerializeSpec(_Section):

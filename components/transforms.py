@@ -126,6 +126,14 @@ class FeatureFitter:
             if self.spec.transform == "one_hot":
                 self._categories[j].update(values[~missing].value_counts().to_dict())
 
+    def merge(self, other: "FeatureFitter") -> None:
+        """Adds the statistics ``other`` accumulated (over other rows) to these."""
+        self._count += other._count
+        self._sum += other._sum
+        self._sumsq += other._sumsq
+        for mine, theirs in zip(self._categories, other._categories):
+            mine.update(theirs)
+
     def finish(self) -> FittedFeatures:
         if self.spec.transform == "standardize":
             n = np.maximum(self._count, 1)
@@ -139,6 +147,45 @@ class FeatureFitter:
             ]
             return FittedFeatures(self.spec, self.columns, categories=[sorted(c) for c in cats])
         return FittedFeatures(self.spec, self.columns)
+
+
+class PerFileFitters:
+    """Feature statistics of a table, accumulated file by file and added up in file order.
+
+    Float sums depend on the order of the additions; summing each file on its own and then the
+    files in order gives the same bits whether one process reads every file or each file is
+    read by another worker (the beam engine), so both engines fit the same statistics.
+    """
+
+    def __init__(self, specs: Sequence[FeatureSpec], groups: Sequence[list[str]]) -> None:
+        self._specs, self._groups = list(specs), [list(g) for g in groups]
+        self.total = self.new_file()
+        self._file: list[FeatureFitter] | None = None
+
+    def new_file(self) -> list[FeatureFitter]:
+        return [FeatureFitter(spec, columns) for spec, columns in zip(self._specs, self._groups)]
+
+    def update(self, chunk: pa.Table, source: str, first_row: int) -> None:
+        if first_row == 1:
+            self._fold()
+            self._file = self.new_file()
+        assert self._file is not None, "a file's first chunk must start at row 1"
+        for fitter in self._file:
+            fitter.update(chunk, source, first_row)
+
+    def add_file(self, fitters: Sequence[FeatureFitter]) -> None:
+        """Adds one whole file's statistics (the next file in order)."""
+        for total, part in zip(self.total, fitters):
+            total.merge(part)
+
+    def _fold(self) -> None:
+        if self._file is not None:
+            self.add_file(self._file)
+            self._file = None
+
+    def finish(self) -> list[FittedFeatures]:
+        self._fold()
+        return [fitter.finish() for fitter in self.total]
 
 
 def encode_features(chunk: pa.Table, groups: Sequence[FittedFeatures], source: str, first_row: int) -> np.ndarray:

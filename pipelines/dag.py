@@ -102,8 +102,8 @@ def build_pipeline(image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None =
         ``data_version``: a fingerprint of the input tables (part of preprocess's cache key);
         ``infer_mode``: sampled or exact."""
         settings = {"config": config, "overrides": overrides}
-        pre = configure(preprocess_op(**settings, data_version=data_version), "preprocess")
-        ser = configure(serialize_op(**settings, preprocessed=pre.outputs["preprocessed"]), "serialize")
+        pre = configure(preprocess_op(**settings, data_version=data_version, image=image), "preprocess")
+        ser = configure(serialize_op(**settings, image=image, preprocessed=pre.outputs["preprocessed"]), "serialize")
         part = configure(partition_op(**settings, image=image, tfrecords=ser.outputs["tfrecords"]), "partition")
         trained = configure(train_op(**settings, image=image, partitions=part.outputs["partitions"]), "train")
         inferred = configure(infer_op(**settings, image=image, mode=infer_mode, partitions=part.outputs["partitions"],

@@ -174,7 +174,10 @@ def test_multi_stage_pinned_and_non_root(dockerfile):
     assert uid and uid.group(1) == user, "USER names the uid the image creates"
     entrypoint = next(i for i in reversed(final.instructions) if i.keyword == "ENTRYPOINT")
     command = next(i for i in reversed(final.instructions) if i.keyword == "CMD")
-    assert json.loads(entrypoint.arguments) == ["python", "-m"]
+    assert json.loads(entrypoint.arguments) == ["/usr/local/bin/gnnflow-entrypoint"]
+    assert "COPY containers/entrypoint.sh /usr/local/bin/gnnflow-entrypoint" in {f"COPY {i.arguments}" for i in final.instructions}
+    assert any(c.startswith("--from=beam /opt/apache/beam ") for c in [i.arguments for i in final.instructions if i.keyword == "COPY"])
+    assert any(s.image == "apache/beam_python3.11_sdk:2.77.0" for s in all_stages), "Beam's boot program from the locked Beam release"
     module = json.loads(command.arguments)[0]
     assert importlib.util.find_spec(module) is not None, f"CMD runs module {module}, which does not exist"
     copied_venv = [i.arguments for i in final.instructions if i.keyword == "COPY" and i.arguments.startswith("--from=")]
@@ -227,3 +230,23 @@ def test_every_copied_path_exists_and_reaches_the_context(dockerfile):
     assert {"pyproject.toml", pyproject["project"]["readme"]} <= set(sources)
     for include in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]:
         assert include.rstrip("*") in sources
+
+
+def test_entrypoint_runs_modules_and_hands_beam_flags_to_boot(tmp_path):
+    """The image's entry point: a module name runs with the image's Python; Beam's boot flags
+    (what Dataflow passes an SDK container) go to Beam's boot program."""
+    script = REPO / "containers" / "entrypoint.sh"
+    lock = (REPO / "requirements" / "lock.txt").read_text()
+    assert "apache-beam==2.77.0" in lock, "the Beam SDK image tag must follow the locked Beam release"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python").symlink_to(sys.executable)
+    boot = tmp_path / "boot"
+    boot.write_text("#!/bin/sh\necho boot \"$@\"\n")
+    boot.chmod(0o755)
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "BEAM_BOOT": str(boot)}
+    run = lambda *args: subprocess.run(["sh", str(script), *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO)  # noqa: E731
+    module = run("json.tool", "--help")
+    assert module.returncode == 0 and "json.tool" in module.stdout
+    worker = run("--id=1-1", "--provision_endpoint=localhost:5")
+    assert worker.returncode == 0 and worker.stdout.strip() == "boot --id=1-1 --provision_endpoint=localhost:5"

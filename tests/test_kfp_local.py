@@ -89,7 +89,7 @@ def test_a_task_given_a_bad_config_fails_naming_the_key(tmp_path, capfd):
     text = _demo_config(tmp_path).to_yaml().replace("model:\n", "model:\n  hiden_channels: 8\n", 1)
     preprocess = preprocess_component("python:3.11")
     with pytest.raises(RuntimeError, match="preprocess.*FAILURE"):
-        preprocess(config=text, overrides=json.dumps({}), data_version="")
+        preprocess(config=text, overrides=json.dumps({}), data_version="", image="python:3.11")
     out = capfd.readouterr().out
     assert "key 'model.hiden_channels': unknown key" in out
     assert "Traceback" not in out  # one line, not a stack trace

@@ -16,6 +16,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_config_arguments(parser, required=True, help="graph, task, preprocess sections, output root")
     parser.add_argument("--output", help="output URI (default: <output.root>/preprocessed)")
     parser.add_argument("--fitted-state", help="reuse fitted statistics from this earlier preprocess output")
+    parser.add_argument("--image", help="step image that Dataflow workers run (default: preprocess.beam.dataflow.sdk_container_image)")
     return parser.parse_args(argv)
 
 
@@ -24,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput:
     config = config_from_arguments(args)
     output = args.output or storage.parse_uri(config.output.root).join("preprocessed")
     state = load_fitted_state(args.fitted_state) if args.fitted_state else None
-    return preprocess(config, output, state)
+    return preprocess(config, output, state, image=args.image)
 
 
 if __name__ == "__main__":

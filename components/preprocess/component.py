@@ -5,18 +5,20 @@ from kfp.dsl.python_component import PythonComponent
 from kfp.dsl import Dataset, Output
 
 
-def preprocess(config: str, overrides: str, data_version: str, preprocessed: Output[Dataset]) -> None:
+def preprocess(config: str, overrides: str, data_version: str, image: str, preprocessed: Output[Dataset]) -> None:
     """Validates, enumerates and transforms the node and edge tables into ``preprocessed``.
 
     ``data_version`` is not read: it is in the task's inputs so that KFP's cache key changes
-    when the tables do, since the config only names them.
+    when the tables do, since the config only names them. With ``preprocess.engine: beam`` and
+    runner dataflow, this task launches a Dataflow job whose workers run ``image``, waits for it,
+    and cancels it when the task is stopped.
     """
     from components import pipeline_task
     from components.preprocess.step import preprocess as run_step
 
     with pipeline_task.running("preprocess", config, overrides) as resolved:
         pipeline_task.log.info("preprocess: input tables at data version %s", data_version or "(not given)")
-        published = run_step(resolved, pipeline_task.artifact_uri(preprocessed))
+        published = run_step(resolved, pipeline_task.artifact_uri(preprocessed), image=image)
         pipeline_task.describe(preprocessed, published)
 
 

@@ -22,8 +22,8 @@ from components.preprocess.parts import PartWriter
 from components.runlog import progress, rate, timed
 from components.schema import NO_LABEL, SPLIT_CODES, NodeTypeSchema
 from components.transforms import (
-    FeatureFitter,
     FittedFeatures,
+    PerFileFitters,
     column_type,
     encode_features,
     encode_labels,
@@ -84,6 +84,24 @@ class NodeFit:
     ids: pd.Index  # original ids (as text); a node's int64 id is its position here
 
 
+def checked_node_ids(chunk: tables.TableChunk, id_column: str) -> pa.ChunkedArray:
+    """The chunk's node ids; an error naming file, row and column at the first empty one."""
+    ids = chunk.table.column(id_column)
+    if ids.null_count or pc.any(pc.equal(ids, "")).as_py():
+        empty = np.flatnonzero(np.asarray([v in (None, "") for v in ids.to_pylist()]))[0]
+        raise GnnflowError(f"{chunk.source}, row {chunk.first_row + empty}, column '{id_column}': empty node id")
+    return ids
+
+
+def duplicate_id_error(value: str, id_column: str, duplicate: str, first: str) -> GnnflowError:
+    """The error for a node id seen twice; ``duplicate`` and ``first`` are 'file, row N'."""
+    return GnnflowError(f"{duplicate}, column '{id_column}': duplicate node id {value!r} (first seen at {first})")
+
+
+def empty_table_error(kind: str, uri: str) -> GnnflowError:
+    return GnnflowError(f"{kind} table {uri} is empty: it has a header but no rows")
+
+
 def _row_of(position: int, boundaries: list[tuple[int, storage.Uri]]) -> str:
     """'file, row N' for a global row position, given (first position, file) per file."""
     start, uri = max(b for b in boundaries if b[0] <= position)
@@ -94,7 +112,7 @@ def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None)
     """Pass 1 over one node table. ``reused`` holds fitted state from an earlier run to apply as is."""
     base = [spec.id_column, *([spec.label_column] if spec.label_column else []), *([spec.split_column] if spec.split_column else [])]
     source, groups = open_table(spec.uri, spec.format, base, spec.features)
-    fitters = [FeatureFitter(fs, cols) for fs, cols in zip(spec.features, groups)]
+    fitters = PerFileFitters(spec.features, groups)
     labels: set[str] = set()
     id_parts: list[pa.ChunkedArray] = []
     boundaries: list[tuple[int, storage.Uri]] = []
@@ -103,36 +121,85 @@ def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None)
         for chunk in source.chunks(options):
             if chunk.first_row == 1:
                 boundaries.append((rows, chunk.source))
-            ids = chunk.table.column(spec.id_column)
-            if ids.null_count or pc.any(pc.equal(ids, "")).as_py():
-                empty = np.flatnonzero(np.asarray([v in (None, "") for v in ids.to_pylist()]))[0]
-                raise GnnflowError(f"{chunk.source}, row {chunk.first_row + empty}, column '{spec.id_column}': empty node id")
+            ids = checked_node_ids(chunk, spec.id_column)
             id_parts.append(ids)
             if reused is None:
-                for fitter in fitters:
-                    fitter.update(chunk.table, str(chunk.source), chunk.first_row)
+                fitters.update(chunk.table, str(chunk.source), chunk.first_row)
             if spec.label_column:
                 labels |= label_values(chunk.table, spec.label_column)
             rows += chunk.table.num_rows
             bar.update(chunk.table.num_rows)
     if rows == 0:
-        raise GnnflowError(f"node table {spec.uri} is empty: it has a header but no rows")
+        raise empty_table_error("node", spec.uri)
     index = pd.Index(pa.chunked_array([c for part in id_parts for c in part.chunks], type=pa.string()).to_numpy(zero_copy_only=False))
     if not index.is_unique:
         dup = int(np.flatnonzero(index.duplicated())[0])
         first = int(np.flatnonzero(index == index[dup])[0])
-        raise GnnflowError(
-            f"{_row_of(dup, boundaries)}, column '{spec.id_column}': duplicate node id {index[dup]!r} "
-            f"(first seen at {_row_of(first, boundaries)})"
-        )
+        raise duplicate_id_error(index[dup], spec.id_column, _row_of(dup, boundaries), _row_of(first, boundaries))
     if reused is not None:
         features = [FittedFeatures.from_dict(f) for f in reused["features"]]
         vocabulary = reused.get("label_vocabulary")
     else:
-        features = [f.finish() for f in fitters]
+        features = fitters.finish()
         vocabulary = fit_label_vocabulary(labels) if spec.label_column else None
     log.info("nodes[%s]: %d rows in %d file(s), %s", spec.type, rows, len(source.files), rate(rows, elapsed[0]))
     return NodeFit(spec, source, features, vocabulary, index)
+
+
+@dataclass(frozen=True)
+class NodeChunk:
+    """One chunk of a node table, transformed: what pass 2 writes for it."""
+
+    nodes: pa.Table  # node_id, [features], [label], split
+    id_map: pa.Table  # node_id, original_id
+    split_codes: np.ndarray  # (rows,) int8
+
+
+def encode_node_chunk(
+    spec: NodeTableSpec, features: list[FittedFeatures], vocabulary: list[str] | None, split: SplitSpec | None,
+    chunk: tables.TableChunk, first_id: int,
+) -> NodeChunk:
+    """Transforms one chunk whose first row gets node id ``first_id`` (both engines call this)."""
+    n = chunk.table.num_rows
+    node_ids = np.arange(first_id, first_id + n, dtype=np.int64)
+    columns: dict[str, pa.Array] = {"node_id": pa.array(node_ids)}
+    x = encode_features(chunk.table, features, str(chunk.source), chunk.first_row)
+    if x.shape[1]:
+        columns["features"] = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), x.shape[1])
+    label = None
+    if spec.label_column and vocabulary is not None:
+        label = encode_labels(chunk.table, spec.label_column, vocabulary, str(chunk.source), chunk.first_row)
+        columns["label"] = pa.array(label)
+    if split is not None:
+        split_column = chunk.table.column(spec.split_column) if spec.split_column else None
+        codes = encode_splits(node_ids, split, split_column, label != NO_LABEL if label is not None else None)
+    else:
+        codes = np.full(n, -1, dtype=np.int8)
+    columns["split"] = pa.array(codes)
+    id_map = pa.table({"node_id": pa.array(node_ids), "original_id": chunk.table.column(spec.id_column).combine_chunks()})
+    return NodeChunk(pa.table(columns), id_map, codes)
+
+
+def count_splits(codes: np.ndarray, sizes: dict[str, int]) -> None:
+    """Adds the rows of each split in ``codes`` to ``sizes``."""
+    for name, code in SPLIT_CODES.items():
+        sizes[name] += int((codes == code).sum())
+
+
+def node_type_schema(
+    fit_spec: NodeTableSpec, features: list[FittedFeatures], vocabulary: list[str] | None, count: int,
+    split_sizes: dict[str, int] | None, files: list[str], id_map_files: list[str], file_rows: list[int],
+) -> NodeTypeSchema:
+    return NodeTypeSchema(
+        name=fit_spec.type,
+        count=count,
+        feature_names=[name for f in features for name in f.output_names],
+        label_vocabulary=vocabulary,
+        split_sizes=split_sizes or {},
+        files=files,
+        id_map_files=id_map_files,
+        file_rows=file_rows,
+    )
 
 
 def write_nodes(
@@ -144,46 +211,23 @@ def write_nodes(
     """
     spec = fit.spec
     split_sizes = dict.fromkeys(SPLIT_CODES, 0)
+    file_rows: list[int] = []
     next_id = 0
     with timed() as elapsed, progress(f"write nodes[{spec.type}]", total=len(fit.ids)) as bar:
         for chunk in fit.source.chunks(options):
-            n = chunk.table.num_rows
-            node_ids = np.arange(next_id, next_id + n, dtype=np.int64)
-            columns: dict[str, pa.Array] = {"node_id": pa.array(node_ids)}
-            x = encode_features(chunk.table, fit.features, str(chunk.source), chunk.first_row)
-            if x.shape[1]:
-                columns["features"] = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), x.shape[1])
-            label = None
-            if spec.label_column and fit.label_vocabulary is not None:
-                label = encode_labels(chunk.table, spec.label_column, fit.label_vocabulary, str(chunk.source), chunk.first_row)
-                columns["label"] = pa.array(label)
-            if split is not None:
-                split_column = chunk.table.column(spec.split_column) if spec.split_column else None
-                eligible = label != NO_LABEL if label is not None else None
-                codes = encode_splits(node_ids, split, split_column, eligible)
-                for name, code in SPLIT_CODES.items():
-                    split_sizes[name] += int((codes == code).sum())
-            else:
-                codes = np.full(n, -1, dtype=np.int8)
-            columns["split"] = pa.array(codes)
-            writer.write(f"nodes/{spec.type}", pa.table(columns))
-            writer.write(
-                f"id_maps/{spec.type}",
-                pa.table({"node_id": pa.array(node_ids), "original_id": chunk.table.column(spec.id_column).combine_chunks()}),
-            )
-            next_id += n
-            bar.update(n)
-    feature_names = [name for f in fit.features for name in f.output_names]
+            encoded = encode_node_chunk(spec, fit.features, fit.label_vocabulary, split, chunk, next_id)
+            count_splits(encoded.split_codes, split_sizes)
+            writer.write(f"nodes/{spec.type}", encoded.nodes)
+            writer.write(f"id_maps/{spec.type}", encoded.id_map)
+            file_rows.append(chunk.table.num_rows)
+            next_id += chunk.table.num_rows
+            bar.update(chunk.table.num_rows)
+    schema = node_type_schema(
+        spec, fit.features, fit.label_vocabulary, next_id, split_sizes if split is not None else None,
+        writer.files(f"nodes/{spec.type}"), writer.files(f"id_maps/{spec.type}"), file_rows,
+    )
     log.info(
         "nodes[%s]: wrote %d nodes, %d features, %s classes, splits %s (%s)",
-        spec.type, next_id, len(feature_names), len(fit.label_vocabulary or []) or "no", split_sizes, rate(next_id, elapsed[0]),
+        spec.type, next_id, len(schema.feature_names), len(fit.label_vocabulary or []) or "no", split_sizes, rate(next_id, elapsed[0]),
     )
-    return NodeTypeSchema(
-        name=spec.type,
-        count=next_id,
-        feature_names=feature_names,
-        label_vocabulary=fit.label_vocabulary,
-        split_sizes=split_sizes if split is not None else {},
-        files=writer.files(f"nodes/{spec.type}"),
-        id_map_files=writer.files(f"id_maps/{spec.type}"),
-    )
+    return schema

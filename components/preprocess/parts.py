@@ -11,6 +11,19 @@ import pyarrow.parquet as pq
 from components.storage import OutputStaging
 
 
+def part_path(folder: str, number: int) -> str:
+    return f"{folder}/part-{number:05d}.parquet"
+
+
+def write_part(staging: OutputStaging, folder: str, number: int, table: pa.Table) -> str:
+    """Writes ``table`` as part ``number`` of ``folder``; returns its path in the output."""
+    path = part_path(folder, number)
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    staging.write_bytes(path, buffer.getvalue())
+    return path
+
+
 class PartWriter:
     """Writes each table it is given as the next ``part-NNNNN.parquet`` of its folder."""
 
@@ -19,10 +32,7 @@ class PartWriter:
         self._parts: dict[str, list[str]] = defaultdict(list)
 
     def write(self, folder: str, table: pa.Table) -> str:
-        path = f"{folder}/part-{len(self._parts[folder]):05d}.parquet"
-        buffer = io.BytesIO()
-        pq.write_table(table, buffer, compression="zstd")
-        self._staging.write_bytes(path, buffer.getvalue())
+        path = write_part(self._staging, folder, len(self._parts[folder]), table)
         self._parts[folder].append(path)
         return path
 

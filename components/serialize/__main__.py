@@ -15,6 +15,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m components.serialize", description=__doc__)
     parser.add_argument("--input", help="published preprocess output (default: <output.root>/preprocessed)")
     parser.add_argument("--output", help="output URI (default: <output.root>/tfrecords)")
+    parser.add_argument("--image", help="step image that Dataflow workers run (default: preprocess.beam.dataflow.sdk_container_image)")
     add_config_arguments(parser, required=False, help="serialize section and output root; defaults otherwise")
     args = parser.parse_args(argv)
     if args.config is None and args.config_yaml is None and not (args.input and args.output):
@@ -28,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput:
     root = storage.parse_uri(config.output.root) if config else None
     source = args.input or root.join("preprocessed")  # type: ignore[union-attr]
     output = args.output or root.join("tfrecords")  # type: ignore[union-attr]
-    return serialize(config, source, output)
+    return serialize(config, source, output, image=args.image)
 
 
 if __name__ == "__main__":

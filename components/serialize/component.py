@@ -5,13 +5,14 @@ from kfp.dsl.python_component import PythonComponent
 from kfp.dsl import Dataset, Input, Output
 
 
-def serialize(config: str, overrides: str, preprocessed: Input[Dataset], tfrecords: Output[Dataset]) -> None:
-    """Writes ``preprocessed`` as TFRecord shards and graph_metadata.json into ``tfrecords``."""
+def serialize(config: str, overrides: str, image: str, preprocessed: Input[Dataset], tfrecords: Output[Dataset]) -> None:
+    """Writes ``preprocessed`` as TFRecord shards and graph_metadata.json into ``tfrecords``
+    (on Beam workers running ``image`` with ``preprocess.engine: beam``)."""
     from components import pipeline_task
     from components.serialize.step import serialize as run_step
 
     with pipeline_task.running("serialize", config, overrides) as resolved:
-        published = run_step(resolved, pipeline_task.artifact_uri(preprocessed), pipeline_task.artifact_uri(tfrecords))
+        published = run_step(resolved, pipeline_task.artifact_uri(preprocessed), pipeline_task.artifact_uri(tfrecords), image=image)
         pipeline_task.describe(tfrecords, published)
 
 

@@ -21,6 +21,7 @@ import itertools
 import logging
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -101,7 +102,7 @@ def write_shards(
 ) -> tuple[list[str], list[int]]:
     """Streams batches into ``num_shards`` shards of near-equal row counts; returns their paths
     and record counts."""
-    paths = [f"{folder}/shard-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
+    paths = [f"{folder}/shard-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]  # as TypeShards.shard_paths
     counts = [0] * num_shards
     done = 0
     with progress(description, total=rows) as bar:
@@ -119,49 +120,100 @@ def write_shards(
     return paths, counts
 
 
-def serialize(config: GnnflowConfig | None, preprocessed_uri: storage.Uri | str, output: storage.Uri | str) -> storage.PublishedOutput:
-    """Runs the step over a published preprocess output; returns the published TFRecords."""
+@dataclass(frozen=True)
+class TypeShards:
+    """How one node or edge type is cut into shards."""
+
+    folder: str  # "nodes/<type>" or "edges/<name>"
+    parts: list[str]  # the preprocessed Parquet parts, in row order
+    part_rows: list[int]  # rows per part (empty: unknown)
+    rows: int
+    num_shards: int
+    int_columns: list[str]
+    dim: int
+
+    def shard_paths(self) -> list[str]:
+        return [f"{self.folder}/shard-{i:05d}-of-{self.num_shards:05d}.tfrecord" for i in range(self.num_shards)]
+
+    def shard_ranges(self) -> list[tuple[int, int]]:
+        """[start, stop) rows of every shard: what :func:`write_shards` puts in each."""
+        per_shard = math.ceil(self.rows / self.num_shards) if self.rows else 0
+        return [(min(i * per_shard, self.rows), min((i + 1) * per_shard, self.rows)) for i in range(self.num_shards)]
+
+    @property
+    def record_format(self) -> dict:
+        return {"int64": {c: 1 for c in self.int_columns}, "float": {"features": self.dim}}
+
+
+def plan_shards(schema: GraphSchema, options: SerializeSpec) -> dict[str, TypeShards]:
+    """Every type's shards, keyed by folder (nodes first, in schema order)."""
+    plans: list[TypeShards] = []
+    for name, node in schema.node_types.items():
+        ints = ["node_id", *(["label"] if node.label_vocabulary is not None else []), "split"]
+        plans.append(TypeShards(f"nodes/{name}", node.files, node.file_rows, node.count,
+                                shard_count(node.count, node.feature_dim, options), ints, node.feature_dim))
+    for name, edge in schema.edge_types.items():
+        plans.append(TypeShards(f"edges/{name}", edge.files, edge.file_rows, edge.count,
+                                shard_count(edge.count, edge.feature_dim, options), ["edge_id", "src", "dst", "split"], edge.feature_dim))
+    return {p.folder: p for p in plans}
+
+
+def serialize(
+    config: GnnflowConfig | None, preprocessed_uri: storage.Uri | str, output: storage.Uri | str, image: str | None = None
+) -> storage.PublishedOutput:
+    """Runs the step over a published preprocess output; returns the published TFRecords.
+    With ``preprocess.engine: beam`` the shards are written by Beam workers in parallel."""
     options = config.serialize if config else SerializeSpec()
     preprocessed = storage.open_published(preprocessed_uri, step=PREPROCESS_STEP)
     schema = read_graph_schema(preprocessed)
     output = storage.parse_uri(output)
-    log.info("serialize: %s → %s", preprocessed.root, output)
-    record_format: dict[str, dict] = {"node_types": {}, "edge_types": {}}
+    engine = config.preprocess.engine if config else "local"
+    log.info("serialize: %s → %s (engine %s)", preprocessed.root, output, engine)
+    plans = plan_shards(schema, options)
     with timed() as elapsed, storage.staged_output(output, STEP) as staging:
-        node_types, edge_types, total = {}, {}, 0
-        for name, node in schema.node_types.items():
-            int_columns = ["node_id", *(["label"] if node.label_vocabulary is not None else []), "split"]
-            shards, rows = write_shards(
-                staging, f"nodes/{name}", iter_part_batches(preprocessed, node.files), node.count,
-                shard_count(node.count, node.feature_dim, options), int_columns, node.feature_dim, f"nodes[{name}]",
-            )
-            id_maps = []
-            for rel in node.id_map_files:
-                storage.copy_file(preprocessed.uri(rel), staging.uri(rel))
-                staging.add_entries({rel: preprocessed.manifest.files[rel]})
-                id_maps.append(rel)
-            node_types[name] = dataclasses.replace(node, files=shards, file_rows=rows, id_map_files=id_maps)
-            record_format["node_types"][name] = {"int64": {c: 1 for c in int_columns}, "float": {"features": node.feature_dim}}
-            total += node.count
-            log.info("nodes[%s]: %d records in %d shard(s)", name, node.count, len(shards))
-        for name, edge in schema.edge_types.items():
-            int_columns = ["edge_id", "src", "dst", "split"]
-            shards, rows = write_shards(
-                staging, f"edges/{name}", iter_part_batches(preprocessed, edge.files), edge.count,
-                shard_count(edge.count, edge.feature_dim, options), int_columns, edge.feature_dim, f"edges[{name}]",
-            )
-            edge_types[name] = dataclasses.replace(edge, files=shards, file_rows=rows)
-            record_format["edge_types"][name] = {"int64": {c: 1 for c in int_columns}, "float": {"features": edge.feature_dim}}
-            total += edge.count
-            log.info("edges[%s]: %d records in %d shard(s)", name, edge.count, len(shards))
-        metadata = GraphSchema(schema.task_type, schema.target, node_types, edge_types, record_format)
-        staging.write_bytes(METADATA_FILE, metadata.to_json().encode())
-        if config is not None:
-            staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
-        counts = {f"nodes.{k}": v.count for k, v in node_types.items()} | {f"edges.{k}": v.count for k, v in edge_types.items()}
-        published = staging.publish(counts=counts, metadata={"source": str(preprocessed.root), "source_generation": preprocessed.manifest.generation})
+        if engine == "beam":
+            from components.serialize.beam_engine import write_with_beam
+
+            assert config is not None
+            written = write_with_beam(config, preprocessed, plans, staging, image)
+        else:
+            written = {}
+            for folder, plan in plans.items():
+                batches = iter_part_batches(preprocessed, plan.parts)
+                written[folder] = write_shards(staging, folder, batches, plan.rows, plan.num_shards, plan.int_columns, plan.dim, folder)
+            for node in schema.node_types.values():
+                for rel in node.id_map_files:
+                    storage.copy_file(preprocessed.uri(rel), staging.uri(rel))
+        for node in schema.node_types.values():
+            staging.add_entries({rel: preprocessed.manifest.files[rel] for rel in node.id_map_files})
+        published = _publish(staging, config, preprocessed, schema, plans, written)
+    total = sum(published.manifest.counts.values())
     log.info("serialize: published %s: %d records, %s", output, total, rate(total, elapsed[0]))
     return published
+
+
+def _publish(
+    staging: storage.OutputStaging, config: GnnflowConfig | None, preprocessed: storage.PublishedOutput,
+    schema: GraphSchema, plans: dict[str, TypeShards], written: dict[str, tuple[list[str], list[int]]],
+) -> storage.PublishedOutput:
+    record_format: dict[str, dict] = {"node_types": {}, "edge_types": {}}
+    node_types, edge_types = {}, {}
+    for name, node in schema.node_types.items():
+        shards, rows = written[f"nodes/{name}"]
+        node_types[name] = dataclasses.replace(node, files=shards, file_rows=rows, id_map_files=list(node.id_map_files))
+        record_format["node_types"][name] = plans[f"nodes/{name}"].record_format
+        log.info("nodes[%s]: %d records in %d shard(s)", name, node.count, len(shards))
+    for name, edge in schema.edge_types.items():
+        shards, rows = written[f"edges/{name}"]
+        edge_types[name] = dataclasses.replace(edge, files=shards, file_rows=rows)
+        record_format["edge_types"][name] = plans[f"edges/{name}"].record_format
+        log.info("edges[%s]: %d records in %d shard(s)", name, edge.count, len(shards))
+    metadata = GraphSchema(schema.task_type, schema.target, node_types, edge_types, record_format)
+    staging.write_bytes(METADATA_FILE, metadata.to_json().encode())
+    if config is not None:
+        staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
+    counts = {f"nodes.{k}": v.count for k, v in node_types.items()} | {f"edges.{k}": v.count for k, v in edge_types.items()}
+    return staging.publish(counts=counts, metadata={"source": str(preprocessed.root), "source_generation": preprocessed.manifest.generation})
 
 
 def read_graph_metadata(serialized: storage.PublishedOutput) -> GraphSchema:

@@ -1,0 +1,171 @@
+"""``preprocess.engine: beam``: the step as one Apache Beam pipeline, then the same publication.
+
+The launcher opens every table (headers and columns are checked here, before any job starts),
+builds the pipeline from :mod:`components.preprocess.beam_transforms`, and runs it locally on
+N processes or on Dataflow. Workers write their Parquet parts straight into the staged
+generation; the pipeline's last step writes a small result file there (per-block counts and
+file checksums, fitted transforms, data errors). The launcher reads it, raises the first data
+error in the order the one-process engine would have met it, or assembles the schema and
+publishes: the manifest is written last, as in every step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any
+
+from components import storage
+from components.beam_pipeline import Problem, first_problem, run_pipeline, take_result
+from components.config import GnnflowConfig
+from components.preprocess.beam_transforms import (
+    STEP,
+    Block,
+    IdBatch,
+    Layout,
+    Plan,
+    Scan,
+    TablePlan,
+    Written,
+    build_layout,
+    resolve_bucket,
+    scan_block,
+    write_edge_block,
+    write_node_block,
+)
+from components.preprocess.edges import edge_type_schema
+from components.preprocess.nodes import node_type_schema, open_table
+from components.preprocess.parts import part_path
+from components.preprocess.splits import edge_split, node_split
+from components.preprocess.step import publish_preprocessed
+from components.schema import SPLIT_CODES
+from components.transforms import FittedFeatures
+
+log = logging.getLogger("gnnflow.preprocess")
+
+RESULT_FILE = "_beam_result.json"
+_BUCKET_BYTES = 32 << 20  # input bytes per join bucket: a bucket's ids stay far below a worker's memory
+
+
+def plan_tables(config: GnnflowConfig, output: storage.Uri, generation: str, fitted_state: dict | None) -> Plan:
+    """Opens every table (an error naming file and column on a bad header) and sizes the join."""
+    nodes = [TablePlan(*open_table(s.uri, s.format, [s.id_column, *filter(None, [s.label_column, s.split_column])], s.features))
+             for s in config.graph.nodes]
+    edges = [TablePlan(*open_table(s.uri, s.format, [s.src_column, s.dst_column, *filter(None, [s.split_column])], s.features))
+             for s in config.graph.edges]
+    beam = config.preprocess.beam
+    buckets = beam.join_buckets
+    if buckets is None:
+        total = sum(storage.size(f) for t in [*nodes, *edges] for f in t.source.files)
+        workers = beam.num_workers if beam.runner == "local" else beam.dataflow.max_num_workers
+        buckets = max(4 * workers, math.ceil(total / _BUCKET_BYTES))
+    return Plan(config, str(output), generation, nodes, edges, fitted_state, buckets)
+
+
+def build_pipeline(pipeline: Any, plan: Plan) -> None:
+    """The Beam graph of the step (see :mod:`components.preprocess.beam_transforms`)."""
+    import apache_beam as beam
+
+    node_blocks = pipeline | "node files" >> beam.Create(
+        [Block("node", t, f) for t, table in enumerate(plan.nodes) for f in range(len(table.source.files))])
+    edge_blocks = pipeline | "edge files" >> beam.Create(
+        [Block("edge", t, f) for t, table in enumerate(plan.edges) for f in range(len(table.source.files))])
+    scanned = (node_blocks, edge_blocks) | "all files" >> beam.Flatten() | "scan" >> beam.FlatMap(scan_block, plan)
+    scans, scan_problems, id_batches = scanned | "sort scan output" >> beam.Partition(
+        lambda e, _: 0 if isinstance(e, Scan) else 1 if isinstance(e, Problem) else 2, 3)
+    layout = scans | "all scans" >> beam.combiners.ToList() | "layout" >> beam.Map(build_layout, plan)
+    layout_side = beam.pvalue.AsSingleton(layout)
+
+    resolved = (
+        id_batches
+        | "group ids by bucket" >> beam.GroupByKey()
+        | "resolve buckets" >> beam.FlatMap(lambda kv, lay: resolve_bucket(kv[0], list(kv[1]), lay, plan), layout_side)
+    )
+    join_problems, endpoints = resolved | "sort join output" >> beam.Partition(lambda e, _: 0 if isinstance(e, Problem) else 1, 2)
+    every_edge_block = edge_blocks | "edge block markers" >> beam.Map(lambda b: ((b.table, b.file), None))
+    edges_written = (
+        (endpoints, every_edge_block)
+        | "endpoints and blocks" >> beam.Flatten()
+        | "group endpoints by file" >> beam.GroupByKey()
+        | "write edges" >> beam.FlatMap(lambda kv, lay: write_edge_block(kv[0], list(kv[1]), lay, plan), layout_side)
+    )
+    nodes_written = node_blocks | "write nodes" >> beam.FlatMap(write_node_block, layout_side, plan)
+    (
+        (layout, scan_problems, join_problems, nodes_written, edges_written)
+        | "results" >> beam.Flatten()
+        | "all results" >> beam.combiners.ToList()
+        | "write result" >> beam.Map(write_result, plan)
+    )
+
+
+def write_result(results: list[Layout | Problem | Written], plan: Plan) -> None:
+    """The pipeline's last step: everything the launcher needs, as one small JSON file."""
+    layout = next(r for r in results if isinstance(r, Layout))
+    problems = [*layout.problems, *(r for r in results if isinstance(r, Problem))]
+    written = sorted((r for r in results if isinstance(r, Written)), key=lambda w: (w.block.kind, w.block.table, w.block.file))
+    result = {
+        "problems": [[list(p.order), p.message] for p in problems],
+        "written": [
+            {"kind": w.block.kind, "table": w.block.table, "file": w.block.file, "parts": w.parts, "count": w.count,
+             "dropped": w.dropped, "split_sizes": w.split_sizes,
+             "entries": {path: [e.size, e.crc32c] for path, e in w.entries.items()}}
+            for w in written
+        ],
+        "node_features": {t: [f.to_dict() for f in fs] for t, fs in layout.node_features.items()},
+        "vocabularies": layout.vocabularies,
+        "edge_features": {t: [f.to_dict() for f in fs] for t, fs in layout.edge_features.items()},
+    }
+    storage.write_text(plan.staging().uri(RESULT_FILE), json.dumps(result))
+
+
+def preprocess_with_beam(config: GnnflowConfig, output: storage.Uri, fitted_state: dict | None, image: str | None) -> storage.PublishedOutput:
+    """Runs the step on Beam; the published output equals the one-process engine's."""
+    with storage.staged_output(output, STEP) as staging:
+        plan = plan_tables(config, output, staging.generation, fitted_state)
+        files = sum(len(t.source.files) for t in [*plan.nodes, *plan.edges])
+        log.info("preprocess: %d table file(s), node ids hashed into %d join bucket(s)", files, plan.buckets)
+        run_pipeline(lambda pipeline: build_pipeline(pipeline, plan), config.preprocess.beam, STEP, image)
+        result = take_result(staging.uri(RESULT_FILE), STEP)
+        error = first_problem(Problem(tuple(order), message) for order, message in result["problems"])
+        if error is not None:
+            raise error
+        return _publish(staging, config, plan, result)
+
+
+def _publish(staging: storage.OutputStaging, config: GnnflowConfig, plan: Plan, result: dict) -> storage.PublishedOutput:
+    blocks: dict[tuple[str, int], list[dict]] = {}
+    for w in result["written"]:
+        blocks.setdefault((w["kind"], w["table"]), []).append(w)
+        staging.add_entries({path: storage.FileEntry(size, crc) for path, (size, crc) in w["entries"].items()})
+
+    def totals(kind: str, t: int) -> tuple[list[str], list[int], int, int, dict[str, int]]:
+        written = sorted(blocks.get((kind, t), []), key=lambda w: w["file"])
+        parts = [(path, rows) for w in written for path, rows in w["parts"]]
+        sizes = {name: sum(w["split_sizes"][name] for w in written) for name in SPLIT_CODES}
+        return [p for p, _ in parts], [r for _, r in parts], sum(w["count"] for w in written), sum(w["dropped"] for w in written), sizes
+
+    node_schemas, node_state = {}, {}
+    for t, spec in enumerate(config.graph.nodes):
+        files, rows, count, _, sizes = totals("node", t)
+        features = [FittedFeatures.from_dict(f) for f in result["node_features"][str(t)]]
+        vocabulary = result["vocabularies"][str(t)]
+        id_maps = [part_path(f"id_maps/{spec.type}", i) for i in range(len(files))]
+        split = node_split(config, spec.type)
+        node_schemas[spec.type] = node_type_schema(spec, features, vocabulary, count, sizes if split else None, files, id_maps, rows)
+        node_state[spec.type] = (features, vocabulary)
+        log.info("nodes[%s]: wrote %d nodes, %d features, splits %s", spec.type, count, len(node_schemas[spec.type].feature_names), sizes)
+    edge_schemas, edge_features = {}, {}
+    for t, spec in enumerate(config.graph.edges):
+        files, rows, count, dropped, sizes = totals("edge", t)
+        features = [FittedFeatures.from_dict(f) for f in result["edge_features"][str(t)]]
+        split = edge_split(config, spec)
+        edge_schemas[spec.name] = edge_type_schema(spec, features, count, sizes if split else None, files, rows, dropped)
+        edge_features[spec.name] = features
+        if dropped:
+            log.warning("edges[%s]: dropped %d of %d edges whose endpoint is not in the node table", spec.name, dropped, count + dropped)
+        log.info("edges[%s]: wrote %d edges", spec.name, count)
+    return publish_preprocessed(staging, config, node_schemas, edge_schemas, node_state, edge_features)
+
+
+__all__ = ["IdBatch", "build_pipeline", "plan_tables", "preprocess_with_beam"]

@@ -1,0 +1,138 @@
+"""``preprocess.engine: beam`` for serialize: every TFRecord shard written by a Beam worker.
+
+A shard holds a fixed range of its type's rows (the ranges of the one-process engine), so each
+worker reads only the Parquet parts that overlap its range and encodes them with the project's
+numpy encoder: the shards are byte for byte those of the one-process engine. Workers write into
+the staged generation; the pipeline's last step writes the shards' counts and checksums in a
+result file, from which the launcher publishes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from components import storage
+from components.beam_pipeline import run_pipeline, take_result
+from components.config import GnnflowConfig
+from components.serialize.step import STEP, TypeShards, _encode_batch
+
+log = logging.getLogger("gnnflow.serialize")
+
+RESULT_FILE = "_beam_result.json"
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard: its path, its global row range and the parts (path, first row, rows) it reads."""
+
+    path: str
+    start: int
+    stop: int
+    parts: list[tuple[str, int, int]]
+    int_columns: list[str]
+    dim: int
+
+
+@dataclass(frozen=True)
+class CopyTask:
+    """One id-map part copied from the preprocessed output."""
+
+    path: str
+
+
+def shard_tasks(plan: TypeShards) -> list[ShardTask]:
+    first, parts = 0, []
+    for path, rows in zip(plan.parts, plan.part_rows):
+        parts.append((path, first, rows))
+        first += rows
+    return [
+        ShardTask(path, start, stop, [p for p in parts if p[1] < stop and p[1] + p[2] > start], plan.int_columns, plan.dim)
+        for path, (start, stop) in zip(plan.shard_paths(), plan.shard_ranges())
+    ]
+
+
+def _rows_in_range(preprocessed: storage.PublishedOutput, task: ShardTask) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(global first row, batch) of the task's rows, in order."""
+    for path, first, _ in task.parts:
+        with storage.open_read(preprocessed.uri(path)) as f:
+            row = first
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=8192):
+                lo, hi = max(task.start, row), min(task.stop, row + batch.num_rows)
+                if lo < hi:
+                    yield lo, batch.slice(lo - row, hi - lo)
+                row += batch.num_rows
+                if row >= task.stop:
+                    break
+
+
+def run_task(task: ShardTask | CopyTask, preprocessed: storage.PublishedOutput, output: str, generation: str) -> tuple[str, int, list]:
+    """Writes one shard (or copies one id map); returns (path, records, [size, crc32c])."""
+    staging = storage.OutputStaging(storage.parse_uri(output), STEP, generation)
+    if isinstance(task, CopyTask):
+        storage.copy_file(preprocessed.uri(task.path), staging.uri(task.path))
+        return task.path, 0, []
+    if task.stop == task.start:
+        staging.write_bytes(task.path, b"")
+    else:
+        with staging.open_write(task.path) as writer:
+            for first_row, batch in _rows_in_range(preprocessed, task):
+                writer.write(_encode_batch(batch, task.int_columns, task.dim, first_row))
+    entry = staging.entries[task.path]
+    return task.path, task.stop - task.start, [entry.size, entry.crc32c]
+
+
+def _write_result(results: list[tuple[str, int, list]], output: str, generation: str) -> None:
+    staging = storage.OutputStaging(storage.parse_uri(output), STEP, generation)
+    storage.write_text(staging.uri(RESULT_FILE), json.dumps(sorted(results)))
+
+
+def _known_part_rows(preprocessed: storage.PublishedOutput, plan: TypeShards) -> TypeShards:
+    """Outputs of older releases list no rows per part: read them from the Parquet footers."""
+    if len(plan.part_rows) == len(plan.parts):
+        return plan
+    rows = []
+    for path in plan.parts:
+        with storage.open_read(preprocessed.uri(path)) as f:
+            rows.append(pq.ParquetFile(f).metadata.num_rows)
+    return TypeShards(plan.folder, plan.parts, rows, plan.rows, plan.num_shards, plan.int_columns, plan.dim)
+
+
+def write_with_beam(
+    config: GnnflowConfig, preprocessed: storage.PublishedOutput, plans: dict[str, TypeShards],
+    staging: storage.OutputStaging, image: str | None,
+) -> dict[str, tuple[list[str], list[int]]]:
+    """Writes every shard (and copies the id maps) on Beam; returns each folder's shards and counts."""
+    plans = {folder: _known_part_rows(preprocessed, plan) for folder, plan in plans.items()}
+    tasks: list[Any] = [task for plan in plans.values() for task in shard_tasks(plan)]
+    tasks += [CopyTask(p) for p in preprocessed.manifest.files if p.startswith("id_maps/")]
+    output, generation = str(staging.output), staging.generation
+    log.info("serialize: %d shard(s) and %d id-map part(s) to write", sum(isinstance(t, ShardTask) for t in tasks),
+             sum(isinstance(t, CopyTask) for t in tasks))
+
+    def build(pipeline: Any) -> None:
+        import apache_beam as beam
+
+        (
+            pipeline
+            | "shards" >> beam.Create(tasks)
+            | "spread" >> beam.Reshuffle()
+            | "write shards" >> beam.Map(run_task, preprocessed, output, generation)
+            | "all shards" >> beam.combiners.ToList()
+            | "write result" >> beam.Map(_write_result, output, generation)
+        )
+
+    run_pipeline(build, config.preprocess.beam, STEP, image)
+    results = {path: (count, entry) for path, count, entry in take_result(staging.uri(RESULT_FILE), STEP)}
+    written = {}
+    for folder, plan in plans.items():
+        paths = plan.shard_paths()
+        staging.add_entries({p: storage.FileEntry(*results[p][1]) for p in paths})
+        written[folder] = (paths, [results[p][0] for p in paths])
+    return written
