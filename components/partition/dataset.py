@@ -76,7 +76,7 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
         num_partitions=meta.num_partitions,
         partition_idx=part.index,
         node_pb=plain(node_pb),
-        edge_pb=plain(edge_pb),
+        edge_pb=(plain(edge_pb) if edge_pb else None),  # no edge features, no edge book (GLT accepts None)
         edge_dir="out" if meta.edge_assignment == "src" else "in",
     )
     dataset.init_graph(edge_index=plain(edge_index), edge_ids=plain(edge_ids), layout="COO", graph_mode="CPU", directed=True)

@@ -28,7 +28,8 @@ class GraphPartition:
     nodes[type]: node_id (n,) sorted, features (n, d), label (n,) if labeled, split (n,) int8
     edges[type]: edge_index (2, e) [src; dst], edge_id (e,), features (e, d_e), split (e,) int8
     node_books[type]: (count,) int16, the partition of every node
-    edge_books[type]: (stored edges,) int16, the partition of every stored edge
+    edge_books[type]: (stored edges,) int16, the partition of every stored edge; only for edge
+        types with features (the only lookups by edge id across partitions)
     """
 
     index: int
@@ -148,9 +149,13 @@ def _store_edges(name: str, ends: tuple[str, str], src: torch.Tensor, dst: torch
     """Sends each edge to the owner of its source (or destination) and records the edge book."""
     owner_type, owner_ids = (ends[0], src) if by == "src" else (ends[1], dst)
     owner = part.node_books[owner_type].to(torch.int64)[owner_ids]
-    book = torch.zeros(stored, dtype=torch.int32)
-    book[eid] = owner.to(torch.int32)
-    dist.all_reduce(book)  # each edge is loaded by exactly one worker: the sum is its owner
+    if rows["features"].shape[1]:
+        # Only edge features are looked up by edge id across partitions: a type without them
+        # needs no book, and no worker allocates O(stored edges) for it.
+        book = torch.zeros(stored, dtype=torch.int32)
+        book[eid] = owner.to(torch.int32)
+        dist.all_reduce(book)  # each edge is loaded by exactly one worker: the sum is its owner
+        part.edge_books[name] = book.to(torch.int16)
     mine = exchange({"edge_index": torch.stack([src, dst], dim=1), "edge_id": eid, **rows}, owner, world_size)
     order = torch.argsort(mine["edge_id"])
     part.edges[name] = {
@@ -159,7 +164,6 @@ def _store_edges(name: str, ends: tuple[str, str], src: torch.Tensor, dst: torch
         "features": mine["features"][order],
         "split": mine["split"][order],
     }
-    part.edge_books[name] = book.to(torch.int16)
 
 
 def partition_graph(graph: LoadedGraph, metadata: GraphSchema, rank: int, world_size: int, *, by: str = "src", seed: int = 0) -> GraphPartition:

@@ -5,7 +5,7 @@ Layout under a partition output's generation folder::
     part-00000/nodes/<type>.safetensors   node_id, features, label, split
     part-00000/edges/<type>.safetensors   edge_index, edge_id, features, split
     books/nodes/<type>.safetensors        partition (count,) int16
-    books/edges/<type>.safetensors        partition (stored edges,) int16
+    books/edges/<type>.safetensors        partition (stored edges,) int16; edge types with features only
     id_maps/<type>/part-*.parquet         int id → original id (copied from serialize)
     partition_metadata.json
 """
@@ -114,5 +114,6 @@ def read_partition(partitions: storage.PublishedOutput, index: int) -> StoredPar
         nodes={t: read_tensors(partitions, f"{folder}/nodes/{t}.safetensors") for t in metadata.node_counts},
         edges={t: read_tensors(partitions, f"{folder}/edges/{t}.safetensors") for t in metadata.edge_counts},
         node_books={t: read_tensors(partitions, f"books/nodes/{t}.safetensors")["partition"] for t in metadata.node_counts},
-        edge_books={t: read_tensors(partitions, f"books/edges/{t}.safetensors")["partition"] for t in metadata.edge_counts},
+        edge_books={t: read_tensors(partitions, f"books/edges/{t}.safetensors")["partition"] for t in metadata.edge_counts
+                    if f"books/edges/{t}.safetensors" in partitions.manifest.files},
     )
