@@ -17,10 +17,9 @@ import yaml
 
 from components import storage
 from components.config import GnnflowConfig, apply_overrides, load_config
-from components.entrypoint import run_cli
-from components.preprocess.__main__ import main as preprocess_main
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
+from tests.test_bad_input import fails
 from tests.test_citeseer import CITESEER, check_citeseer
 from tests.tiny_graph import EDGES_CSV, NODES_CSV, config_dict, write_tiny_graph
 
@@ -179,20 +178,11 @@ def with_beam(config: pathlib.Path) -> pathlib.Path:
     return beam
 
 
-def failure(capsys: pytest.CaptureFixture[str], config: pathlib.Path, output: pathlib.Path) -> str:
-    code = run_cli(preprocess_main, ["--config", str(config), "--output", str(output)])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert not (output / "manifest.json").exists()
-    assert not list(output.glob("gen-*/**/*.*")), "a failed run left staged files behind"
-    return err.strip().splitlines()[-1]
-
-
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_bad_input_same_error_under_beam(tmp_path, capsys, case):
     config = BAD_INPUTS[case](tmp_path / "tables")
-    local = failure(capsys, config, tmp_path / "local")
-    beam = failure(capsys, with_beam(config), tmp_path / "beam")
+    local = fails(capsys, config, tmp_path / "local")
+    beam = fails(capsys, with_beam(config), tmp_path / "beam")
     assert beam == local
     assert str(tmp_path / "tables") in beam  # names the file
 
