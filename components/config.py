@@ -101,7 +101,12 @@ class SplitSpec(_Section):
 
     train_value: str = Field("train", description="Split column value for training rows.")
     val_value: str = Field("val", description="Split column value for validation rows.")
-    test_value: str = Field("test", description="Split column value for test rows (other values: no split).")
+    test_value: str = Field("test", description="Split column value for test rows.")
+    none_values: list[str] = Field(
+        default_factory=lambda: ["", "none"],
+        description="Split column values that mean 'in no split' (an empty cell is ''); any other value outside "
+        "train/val/test_value is an error naming file, row and value (a typo such as 'trian' is not silently unsplit).",
+    )
     train: float = Field(0.8, ge=0, le=1, description="Random split: training fraction.")
     val: float = Field(0.1, ge=0, le=1, description="Random split: validation fraction.")
     test: float = Field(0.1, ge=0, le=1, description="Random split: test fraction.")
@@ -381,10 +386,31 @@ def _resolve_relative_uris(raw: dict, base_folder: str | None) -> None:
                     table["uri"] = os.path.join(base_folder, uri)
 
 
+class _DuplicateKeyError(yaml.constructor.ConstructorError):
+    pass
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key given twice in one mapping (where plain YAML loading
+    keeps the last value silently: ``epochs: 50`` then ``epochs: 7``)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKeyError(None, None, f"key {key!r} appears twice in one section (lines {seen[key]} and {line})")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def parse_config(text: str, source: str, base_folder: str | None = None) -> GnnflowConfig:
     """Validates YAML text; ``source`` names it in errors."""
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKeyError as exc:
+        raise GnnflowError(f"config {source}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise GnnflowError(f"config {source} is not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):

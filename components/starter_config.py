@@ -23,6 +23,7 @@ from components.config import (
     GnnflowConfig,
     GraphSpec,
     NodeTableSpec,
+    SplitSpec,
     TaskSpec,
     TaskType,
 )
@@ -137,7 +138,14 @@ def propose_config(
             )
         ],
     )
-    return GnnflowConfig(graph=graph, task=TaskSpec(type=task), output={"root": output_root})  # type: ignore[arg-type]
+    split = SplitSpec()
+    if split_column:
+        # Values the sample holds besides train/val/test are proposed as 'no split': the user
+        # sees them in the config, and any other value stops preprocess (a typo, not a split).
+        seen = {v if v is not None else "" for v in node_sample.column(split_column).cast(pa.string()).to_pylist()}
+        others = seen - {split.train_value, split.val_value, split.test_value}
+        split = SplitSpec(none_values=sorted(set(split.none_values) | others))
+    return GnnflowConfig(graph=graph, task=TaskSpec(type=task, split=split), output={"root": output_root})  # type: ignore[arg-type]
 
 
 def render(config: GnnflowConfig, sources: str) -> str:

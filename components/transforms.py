@@ -260,18 +260,31 @@ def _unit_hash(ids: np.ndarray, seed: int) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
-def encode_splits(ids: np.ndarray, spec: SplitSpec, column: pa.ChunkedArray | None, eligible: np.ndarray | None) -> np.ndarray:
+def encode_splits(
+    ids: np.ndarray, spec: SplitSpec, column: pa.ChunkedArray | None, eligible: np.ndarray | None,
+    where: tuple[str, int, str] = ("", 1, ""),
+) -> np.ndarray:
     """Split codes (rows,) int8: 0 train, 1 val, 2 test, -1 none.
 
-    From the split column when there is one; otherwise a seeded random split where each row's
-    split depends only on its id, so it is the same however the table is chunked. Rows not
-    ``eligible`` (e.g. unlabeled nodes) get no split.
+    From the split column when there is one (``where``: its file, first row and name, for the
+    error on a value that is neither a split nor one of ``none_values``); otherwise a seeded
+    random split where each row's split depends only on its id, so it is the same however the
+    table is chunked. Rows not ``eligible`` (e.g. unlabeled nodes) get no split.
     """
     if column is not None:
-        values = np.asarray(column.to_pylist(), dtype=object)
+        values = np.asarray([v if v is not None else "" for v in column.to_pylist()], dtype=object)
         codes = np.full(len(values), NO_SPLIT, dtype=np.int8)
         for name, value in (("train", spec.train_value), ("val", spec.val_value), ("test", spec.test_value)):
             codes[values == value] = SPLIT_CODES[name]
+        unknown = (codes == NO_SPLIT) & ~np.isin(values, np.asarray(spec.none_values, dtype=object))
+        if unknown.any():
+            row = int(np.flatnonzero(unknown)[0])
+            source, first_row, name = where
+            raise GnnflowError(
+                f"{source}, row {first_row + row}, column '{name}': split value {values[row]!r} is not one of "
+                f"{[spec.train_value, spec.val_value, spec.test_value]} nor of task.split.none_values {spec.none_values} "
+                f"({int(unknown.sum())} such rows in this chunk)"
+            )
         return codes
     u = _unit_hash(ids, spec.seed)
     codes = np.full(len(ids), NO_SPLIT, dtype=np.int8)

@@ -64,6 +64,34 @@ def test_unknown_edge_endpoint_dropped_and_counted(tmp_path):
     assert schema["count"] == 5 and schema["dropped_unknown_endpoints"] == 2
 
 
+def test_split_value_outside_the_configured_ones(tmp_path, capsys):
+    config = write_tiny_graph(tmp_path, NODES_CSV.replace("c,red,val", "c,red,vla"))
+    err = fails(capsys, config, tmp_path / "out")
+    assert f"{tmp_path / 'nodes.csv'}, row 3, column 'split': split value 'vla' is not one of ['train', 'val', 'test']" in err
+    assert "task.split.none_values ['', 'none']" in err
+
+
+def test_split_none_values_are_configurable(tmp_path):
+    raw = config_dict("nodes.csv", "edges.csv")
+    raw["task"] = {"split": {"none_values": ["", "none", "holdout"]}}
+    config = write_tiny_graph(tmp_path, NODES_CSV.replace("e,,none", "e,,holdout"), config=raw)
+    assert run_cli(preprocess_main, ["--config", str(config), "--output", str(tmp_path / "out")]) == 0
+    schema = storage.open_published(tmp_path / "out").read_json("graph_schema.json")
+    assert schema["node_types"]["item"]["split_sizes"] == {"train": 2, "val": 1, "test": 1}
+
+
+def test_classification_without_labelled_training_nodes(tmp_path, capsys):
+    no_labels = "\n".join(",".join([f[0], "", *f[2:]]) for f in (line.split(",") for line in NODES_CSV.strip().splitlines()[1:]))
+    config = write_tiny_graph(tmp_path, NODES_CSV.splitlines()[0] + "\n" + no_labels + "\n")
+    err = fails(capsys, config, tmp_path / "out")
+    assert f"node table {tmp_path / 'nodes.csv'}, column 'label': node classification needs labelled training nodes" in err
+    assert "train 0, val 0, test 0" in err
+    # Labels, but none on a training row.
+    config = write_tiny_graph(tmp_path / "b", NODES_CSV.replace("a,red,train", "a,red,val").replace("b,blue,train", "b,blue,test"))
+    err = fails(capsys, config, tmp_path / "b" / "out")
+    assert "train 0, val 2, test 2" in err
+
+
 def test_nan_and_inf_are_errors_by_default(tmp_path, capsys):
     config = write_tiny_graph(tmp_path, NODES_CSV.replace("3.0,30", "inf,30"))
     err = fails(capsys, config, tmp_path / "out")

@@ -158,6 +158,8 @@ BAD_INPUTS = {
     "empty node table": lambda d: write_tiny_graph(d, NODES_CSV.splitlines()[0] + "\n"),
     "empty edge table": lambda d: write_tiny_graph(d, edges_csv="src,dst,weight\n"),
     "missing column": lambda d: write_tiny_graph(d, label_column="category"),
+    "no labelled training node": lambda d: write_tiny_graph(d, NODES_CSV.replace("a,red,train", "a,red,val").replace("b,blue,train", "b,blue,test")),
+    "split value typo": lambda d: write_tiny_graph(d, NODES_CSV.replace("c,red,val", "c,red,vla")),
     "truncated gzip": lambda d: _truncated(write_tiny_graph(
         d, NODES_CSV + "".join(f"n{i},red,train,{i}.0,{i},blue\n" for i in range(20000)), gzip_tables=True)),
 }
@@ -194,3 +196,12 @@ def test_fitted_state_reused_under_beam(tmp_path):
     local = preprocess(config, tmp_path / "local", state)
     beam = preprocess(apply_overrides(config, BEAM), tmp_path / "beam", state)
     same_files(local, beam)
+
+
+def test_inference_only_data_with_fitted_state_under_beam(tmp_path):
+    """New data run through an earlier run's transforms may hold no training rows at all."""
+    config = load_config(str(write_tiny_graph(tmp_path / "tables")))
+    state = preprocess(config, tmp_path / "first").read_json("transform_state.json")
+    new_nodes = "node_id,label,split,x1,x2,color\nq,red,test,3.0,30,purple\nr,blue,test,100.0,0,blue\n"
+    new = load_config(str(write_tiny_graph(tmp_path / "new", new_nodes, "src,dst,weight\nq,r,1\n")))
+    same_files(preprocess(new, tmp_path / "local", state), preprocess(apply_overrides(new, BEAM), tmp_path / "beam", state))

@@ -55,6 +55,9 @@ def test_relative_table_paths_resolve_against_the_config_folder(tmp_path):
         ("graph: [1, 2]\n", "key 'graph': Input should be a valid dictionary"),
         ("- a\n- b\n", "must be a YAML mapping"),
         ("graph: {nodes: [\n", "is not valid YAML"),
+        (MINIMAL + "training:\n  epochs: 50\n  batch_size: 64\n  epochs: 7\n",
+         "key 'epochs' appears twice in one section (lines 5 and 7)"),
+        (MINIMAL + "model: {dropout: 0.1}\nmodel: {dropout: 0.2}\n", "key 'model' appears twice"),
     ],
 )
 def test_errors_name_the_key_and_the_file(tmp_path, text, expected):
@@ -97,3 +100,12 @@ def test_init_config_leaves_out_near_unique_text_and_hashes_many_values(tmp_path
     with pytest.raises(GnnflowError, match="needs --label-column"):
         propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b")
     assert yaml.safe_load(config.to_yaml())["task"]["type"] == "node_classification"
+
+
+def test_init_config_proposes_the_no_split_values_it_sees(tmp_path):
+    (tmp_path / "n.csv").write_text("id,label,fold,x\n" + "".join(
+        f"n{i},c{i % 2},{['train', 'val', 'test', 'unused', ''][i % 5]},{i}\n" for i in range(50)))
+    (tmp_path / "e.csv").write_text("src,dst\nn0,n1\n")
+    config = propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="src",
+                            dst_column="dst", label_column="label", split_column="fold")
+    assert config.task.split.none_values == ["", "none", "unused"]

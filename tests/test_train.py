@@ -200,6 +200,21 @@ def test_a_worker_without_validation_seeds_takes_part(tmp_path, one_sided_valida
     assert metrics["val_accuracy"] >= 0.75 and metrics["test_accuracy"] >= 0.75, metrics
 
 
+def test_more_epochs_resume_the_finished_run(tmp_path, one_sided_validation):
+    """Raising training.epochs continues from the checkpoint instead of starting again; any
+    other training change starts again."""
+    raw, partitions, _ = one_sided_validation
+    first = train(with_updates(raw, training={"epochs": 2}), partitions, tmp_path / "model")
+    before = [json.loads(line) for line in first.read_bytes("metrics.jsonl").decode().splitlines()]
+    more = train(with_updates(raw, training={"epochs": 3}), partitions, tmp_path / "model")
+    after = [json.loads(line) for line in more.read_bytes("metrics.jsonl").decode().splitlines()]
+    assert more.read_json("metrics.json")["epochs_run"] == 3
+    assert after[:2] == before, "the first two epochs were resumed (timings included), not trained again"
+    restarted = train(with_updates(raw, training={"epochs": 3, "learning_rate": 0.02}), partitions, tmp_path / "model")
+    again = [json.loads(line) for line in restarted.read_bytes("metrics.jsonl").decode().splitlines()]
+    assert len(again) == 3 and again[1]["loss"] != before[1]["loss"], "a new learning rate trains from the start"
+
+
 def test_multiprocess_sampling_trains_and_publishes(tmp_path, one_sided_validation):
     raw, partitions, labelled_val = one_sided_validation
     config = with_updates(raw, training={"sampling": "multiprocess", "sampling_workers": 2})

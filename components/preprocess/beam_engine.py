@@ -20,6 +20,7 @@ from components import storage
 from components.beam_pipeline import Problem, first_problem, run_pipeline, take_result
 from components.config import GnnflowConfig
 from components.preprocess.beam_transforms import (
+    NODE_WRITE,
     STEP,
     Block,
     IdBatch,
@@ -35,7 +36,7 @@ from components.preprocess.beam_transforms import (
     write_node_block,
 )
 from components.preprocess.edges import edge_type_schema
-from components.preprocess.nodes import node_type_schema, open_table
+from components.preprocess.nodes import node_type_schema, open_table, unlabelled_error
 from components.preprocess.parts import part_path
 from components.preprocess.splits import edge_split, node_split
 from components.preprocess.step import publish_preprocessed
@@ -108,7 +109,7 @@ def write_result(results: list[Layout | Problem | Written], plan: Plan) -> None:
         "problems": [[list(p.order), p.message] for p in problems],
         "written": [
             {"kind": w.block.kind, "table": w.block.table, "file": w.block.file, "parts": w.parts, "count": w.count,
-             "dropped": w.dropped, "split_sizes": w.split_sizes,
+             "dropped": w.dropped, "split_sizes": w.split_sizes, "labelled_sizes": w.labelled_sizes,
              "entries": {path: [e.size, e.crc32c] for path, e in w.entries.items()}}
             for w in written
         ],
@@ -127,10 +128,27 @@ def preprocess_with_beam(config: GnnflowConfig, output: storage.Uri, fitted_stat
         log.info("preprocess: %d table file(s), node ids hashed into %d join bucket(s)", files, plan.buckets)
         run_pipeline(lambda pipeline: build_pipeline(pipeline, plan), config.preprocess.beam, STEP, image)
         result = take_result(staging.uri(RESULT_FILE), STEP)
-        error = first_problem(Problem(tuple(order), message) for order, message in result["problems"])
+        problems = [Problem(tuple(order), message) for order, message in result["problems"]]
+        if fitted_state is None:  # as the one-process engine: data for an earlier run's transforms may be inference-only
+            problems += _label_problems(config, result)
+        error = first_problem(problems)
         if error is not None:
             raise error
         return _publish(staging, config, plan, result)
+
+
+def _label_problems(config: GnnflowConfig, result: dict) -> list[Problem]:
+    """The node-classification target without labelled training rows, where the one-process
+    engine meets it: after writing that node table, before any edge table."""
+    problems = []
+    for t, spec in enumerate(config.graph.nodes):
+        if node_split(config, spec.type) is None:
+            continue
+        written = [w for w in result["written"] if w["kind"] == "node" and w["table"] == t]
+        labelled = {name: sum(w["labelled_sizes"][name] for w in written) for name in SPLIT_CODES}
+        if written and (error := unlabelled_error(spec, labelled)):
+            problems.append(Problem((NODE_WRITE, t, 1 << 62), str(error)))
+    return problems
 
 
 def _publish(staging: storage.OutputStaging, config: GnnflowConfig, plan: Plan, result: dict) -> storage.PublishedOutput:

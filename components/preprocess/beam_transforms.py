@@ -110,6 +110,7 @@ class Written:
     count: int  # rows written
     dropped: int = 0
     split_sizes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SPLIT_CODES, 0))
+    labelled_sizes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SPLIT_CODES, 0))
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,7 @@ def write_node_block(block: Block, layout: Layout, plan: Plan) -> Iterator[Writt
             encoded = encode_node_chunk(spec, layout.node_features[block.table], layout.vocabularies[block.table], split,
                                         chunk, first_id + chunk.first_row - 1)
             count_splits(encoded.split_codes, written.split_sizes)
+            count_splits(encoded.labelled_split_codes, written.labelled_sizes)
             written.parts.append((write_part(staging, f"nodes/{spec.type}", first_part + i, encoded.nodes), encoded.nodes.num_rows))
             write_part(staging, f"id_maps/{spec.type}", first_part + i, encoded.id_map)
             written.count += encoded.nodes.num_rows

@@ -65,7 +65,8 @@ def encode_edge_chunk(
     x = encode_features(t, features, str(chunk.source), chunk.first_row)
     if split is not None:
         edge_rows = np.arange(first_edge_row, first_edge_row + t.num_rows, dtype=np.int64)
-        codes = encode_splits(edge_rows, split, t.column(spec.split_column) if spec.split_column else None, None)
+        codes = encode_splits(edge_rows, split, t.column(spec.split_column) if spec.split_column else None, None,
+                              (str(chunk.source), chunk.first_row, spec.split_column or ""))
     else:
         codes = np.full(t.num_rows, -1, dtype=np.int8)
     keep = np.flatnonzero(known)

@@ -82,6 +82,7 @@ class NodeFit:
     features: list[FittedFeatures]
     label_vocabulary: list[str] | None
     ids: pd.Index  # original ids (as text); a node's int64 id is its position here
+    reused: bool = False  # the transforms came from an earlier run's fitted state
 
 
 def checked_node_ids(chunk: tables.TableChunk, id_column: str) -> pa.ChunkedArray:
@@ -143,7 +144,7 @@ def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None)
         features = fitters.finish()
         vocabulary = fit_label_vocabulary(labels) if spec.label_column else None
     log.info("nodes[%s]: %d rows in %d file(s), %s", spec.type, rows, len(source.files), rate(rows, elapsed[0]))
-    return NodeFit(spec, source, features, vocabulary, index)
+    return NodeFit(spec, source, features, vocabulary, index, reused is not None)
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,7 @@ class NodeChunk:
     nodes: pa.Table  # node_id, [features], [label], split
     id_map: pa.Table  # node_id, original_id
     split_codes: np.ndarray  # (rows,) int8
+    labelled_split_codes: np.ndarray  # (labelled rows,) int8: the split codes of the rows with a label
 
 
 def encode_node_chunk(
@@ -172,18 +174,31 @@ def encode_node_chunk(
         columns["label"] = pa.array(label)
     if split is not None:
         split_column = chunk.table.column(spec.split_column) if spec.split_column else None
-        codes = encode_splits(node_ids, split, split_column, label != NO_LABEL if label is not None else None)
+        codes = encode_splits(node_ids, split, split_column, label != NO_LABEL if label is not None else None,
+                              (str(chunk.source), chunk.first_row, spec.split_column or ""))
     else:
         codes = np.full(n, -1, dtype=np.int8)
     columns["split"] = pa.array(codes)
     id_map = pa.table({"node_id": pa.array(node_ids), "original_id": chunk.table.column(spec.id_column).combine_chunks()})
-    return NodeChunk(pa.table(columns), id_map, codes)
+    labelled = codes[label != NO_LABEL] if label is not None else codes[:0]
+    return NodeChunk(pa.table(columns), id_map, codes, labelled)
 
 
 def count_splits(codes: np.ndarray, sizes: dict[str, int]) -> None:
     """Adds the rows of each split in ``codes`` to ``sizes``."""
     for name, code in SPLIT_CODES.items():
         sizes[name] += int((codes == code).sum())
+
+
+def unlabelled_error(spec: NodeTableSpec, labelled: dict[str, int]) -> GnnflowError | None:
+    """The error for a node-classification target with no labelled training row (None if it has some)."""
+    if labelled["train"] > 0:
+        return None
+    return GnnflowError(
+        f"node table {spec.uri}, column '{spec.label_column}': node classification needs labelled training nodes, but the "
+        f"labelled rows per split are train {labelled['train']}, val {labelled['val']}, test {labelled['test']} "
+        "(are the labels in another column, or the split values different?)"
+    )
 
 
 def node_type_schema(
@@ -211,17 +226,22 @@ def write_nodes(
     """
     spec = fit.spec
     split_sizes = dict.fromkeys(SPLIT_CODES, 0)
+    labelled = dict.fromkeys(SPLIT_CODES, 0)
     file_rows: list[int] = []
     next_id = 0
     with timed() as elapsed, progress(f"write nodes[{spec.type}]", total=len(fit.ids)) as bar:
         for chunk in fit.source.chunks(options):
             encoded = encode_node_chunk(spec, fit.features, fit.label_vocabulary, split, chunk, next_id)
             count_splits(encoded.split_codes, split_sizes)
+            count_splits(encoded.labelled_split_codes, labelled)
             writer.write(f"nodes/{spec.type}", encoded.nodes)
             writer.write(f"id_maps/{spec.type}", encoded.id_map)
             file_rows.append(chunk.table.num_rows)
             next_id += chunk.table.num_rows
             bar.update(chunk.table.num_rows)
+    # Data run through an earlier run's fitted state may be for inference only: no training rows needed.
+    if split is not None and not fit.reused and (error := unlabelled_error(spec, labelled)):
+        raise error
     schema = node_type_schema(
         spec, fit.features, fit.label_vocabulary, next_id, split_sizes if split is not None else None,
         writer.files(f"nodes/{spec.type}"), writer.files(f"id_maps/{spec.type}"), file_rows,

@@ -21,11 +21,17 @@ from components.config import GnnflowConfig
 CHECKPOINT_FILE = "_checkpoints/checkpoint.pt"
 
 
+# When to stop is not what was trained: raising epochs (or patience) continues the same run.
+_STOPPING_FIELDS = {"epochs", "early_stopping_patience"}
+
+
 def fingerprint(config: GnnflowConfig, partitions_generation: str, world_size: int) -> str:
-    """What must match for a checkpoint to be resumed."""
+    """What must match for a checkpoint to be resumed: everything that shapes the epochs trained
+    so far, not how many there are to be."""
     shaping = {
         "task": config.task.model_dump(mode="json"), "model": config.model.model_dump(mode="json"),
-        "training": config.training.model_dump(mode="json"), "partitions": partitions_generation, "world_size": world_size,
+        "training": config.training.model_dump(mode="json", exclude=_STOPPING_FIELDS),
+        "partitions": partitions_generation, "world_size": world_size,
     }
     return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
 

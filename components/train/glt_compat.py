@@ -14,6 +14,13 @@
    memory: a subprocess that had not yet woken then reads "not released", waits forever, and
    the trainer waits for its batches. ``start_barriers_kept`` and ``keep_with`` keep each such
    barrier as long as its loader.
+3. A multiprocess loader's shared-memory channel holds ``num_workers * worker_concurrency``
+   messages; with one subprocess and concurrency 1 that is one message, and the channel never
+   delivers. This one needs no patch: ``sampling.py`` sets ``channel_capacity`` itself
+   (``CHANNEL_BATCHES_PER_SUBPROCESS``).
+
+Fixes 1 and 2 replace private functions of GLT, so :func:`install` refuses any GLT release but
+the one they were written against.
 """
 
 from __future__ import annotations
@@ -24,6 +31,25 @@ from collections.abc import Iterator
 import torch
 
 _INSTALLED = False
+GLT_VERSION = "0.2.4"  # the release whose private functions the fixes replace
+
+
+def check_version(installed: str | None = None) -> None:
+    """An error naming both versions when the installed GLT is not the one the fixes fit."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from components.errors import GnnflowError
+
+    if installed is None:
+        try:
+            installed = version("graphlearn-torch")
+        except PackageNotFoundError:
+            installed = "none"
+    if installed != GLT_VERSION:
+        raise GnnflowError(
+            f"graphlearn-torch {installed} is installed, but gnnflow's GLT fixes (components/train/glt_compat.py) "
+            f"replace private functions of {GLT_VERSION}: install graphlearn-torch=={GLT_VERSION} (requirements/lock.txt)"
+        )
 
 
 def install() -> None:
@@ -32,6 +58,7 @@ def install() -> None:
     global _INSTALLED
     if _INSTALLED:
         return
+    check_version()
     from multiprocessing.reduction import ForkingPickler
 
     from graphlearn_torch.distributed import MpDistSamplingWorkerOptions

@@ -81,6 +81,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
     optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
     output = storage.parse_uri(job.output)
     state = checkpoint.load(output, checkpoint.fingerprint(config, partitions.manifest.generation, ctx.world_size))
+    if state is not None and state.next_epoch > config.training.epochs:
+        state = None  # fewer epochs than the checkpoint has run: a shorter run, trained afresh
     if state is None:
         state = checkpoint.TrainingState(checkpoint.fingerprint(config, partitions.manifest.generation, ctx.world_size))
     else:
@@ -91,7 +93,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
     metric = VALIDATION_METRIC[schema.task_type]
     patience = config.training.early_stopping_patience
     _seed_everything(config.training.seed + 1000 * state.next_epoch + ctx.rank)
-    for epoch in range(state.next_epoch, config.training.epochs):
+    stopped_early = patience is not None and state.epochs_without_improvement >= patience  # a resumed run that had stopped
+    for epoch in range(state.next_epoch, 0 if stopped_early else config.training.epochs):
         result = task.train_epoch(ddp, optimizer, show_progress=ctx.rank == 0)
         val = task.evaluate(model, "val")
         slowest = torch.tensor([result.seconds])
