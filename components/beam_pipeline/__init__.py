@@ -5,8 +5,8 @@ config into pipeline options, runs the pipeline (cancelling a Dataflow job when 
 stopped), and carries data errors found by workers back to the launcher in a fixed order.
 """
 
-from components.beam_pipeline.launch import run_pipeline, take_result
+from components.beam_pipeline.launch import put_result, run_pipeline, take_result
 from components.beam_pipeline.options import pipeline_options
 from components.beam_pipeline.problems import Problem, first_problem
 
-__all__ = ["Problem", "first_problem", "pipeline_options", "run_pipeline", "take_result"]
+__all__ = ["Problem", "first_problem", "pipeline_options", "put_result", "run_pipeline", "take_result"]

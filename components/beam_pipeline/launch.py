@@ -117,12 +117,26 @@ def run_pipeline(build: Callable[[Any], None], spec: BeamSpec, step: str, image:
     log.info("%s: the Beam pipeline finished in %.1f s", step, elapsed[0])
 
 
-def take_result(uri: Any, step: str) -> Any:
-    """Reads and deletes the JSON result the pipeline's last step wrote at ``uri``."""
+# What a pipeline's last step hands its launcher, inside the staged generation (never published).
+RESULT_FILE = "_beam_result.json"
+
+
+def put_result(staging: Any, value: Any) -> None:
+    """The pipeline's last step: ``value`` as JSON where :func:`take_result` reads it."""
     import json
 
     from components import storage
 
+    storage.write_text(staging.uri(RESULT_FILE), json.dumps(value))
+
+
+def take_result(staging: Any, step: str) -> Any:
+    """Reads and deletes the JSON result the pipeline's last step wrote into ``staging``."""
+    import json
+
+    from components import storage
+
+    uri = staging.uri(RESULT_FILE)
     if not storage.exists(uri):
         raise GnnflowError(f"{step}: the Beam pipeline finished without writing its result {uri} (did its workers run?)")
     result = json.loads(storage.read_text(uri))

@@ -11,19 +11,17 @@ publishes: the manifest is written last, as in every step.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from typing import Any
 
 from components import storage
-from components.beam_pipeline import Problem, first_problem, run_pipeline, take_result
+from components.beam_pipeline import Problem, first_problem, put_result, run_pipeline, take_result
 from components.config import GnnflowConfig
 from components.preprocess.beam_transforms import (
     NODE_WRITE,
     STEP,
     Block,
-    IdBatch,
     Layout,
     Plan,
     Scan,
@@ -35,8 +33,8 @@ from components.preprocess.beam_transforms import (
     write_edge_block,
     write_node_block,
 )
-from components.preprocess.edges import edge_type_schema
-from components.preprocess.nodes import node_type_schema, open_table, unlabelled_error
+from components.preprocess.edges import edge_type_schema, open_edge_table
+from components.preprocess.nodes import node_type_schema, open_node_table, unlabelled_error
 from components.preprocess.parts import part_path
 from components.preprocess.splits import edge_split, node_split
 from components.preprocess.step import publish_preprocessed
@@ -45,16 +43,13 @@ from components.transforms import FittedFeatures
 
 log = logging.getLogger("gnnflow.preprocess")
 
-RESULT_FILE = "_beam_result.json"
 _BUCKET_BYTES = 32 << 20  # input bytes per join bucket: a bucket's ids stay far below a worker's memory
 
 
 def plan_tables(config: GnnflowConfig, output: storage.Uri, generation: str, fitted_state: dict | None) -> Plan:
     """Opens every table (an error naming file and column on a bad header) and sizes the join."""
-    nodes = [TablePlan(*open_table(s.uri, s.format, [s.id_column, *filter(None, [s.label_column, s.split_column])], s.features))
-             for s in config.graph.nodes]
-    edges = [TablePlan(*open_table(s.uri, s.format, [s.src_column, s.dst_column, *filter(None, [s.split_column])], s.features))
-             for s in config.graph.edges]
+    nodes = [TablePlan(*open_node_table(s)) for s in config.graph.nodes]
+    edges = [TablePlan(*open_edge_table(s)) for s in config.graph.edges]
     beam = config.preprocess.beam
     buckets = beam.join_buckets
     if buckets is None:
@@ -117,7 +112,7 @@ def write_result(results: list[Layout | Problem | Written], plan: Plan) -> None:
         "vocabularies": layout.vocabularies,
         "edge_features": {t: [f.to_dict() for f in fs] for t, fs in layout.edge_features.items()},
     }
-    storage.write_text(plan.staging().uri(RESULT_FILE), json.dumps(result))
+    put_result(plan.staging(), result)
 
 
 def preprocess_with_beam(config: GnnflowConfig, output: storage.Uri, fitted_state: dict | None, image: str | None) -> storage.PublishedOutput:
@@ -127,7 +122,7 @@ def preprocess_with_beam(config: GnnflowConfig, output: storage.Uri, fitted_stat
         files = sum(len(t.source.files) for t in [*plan.nodes, *plan.edges])
         log.info("preprocess: %d table file(s), node ids hashed into %d join bucket(s)", files, plan.buckets)
         run_pipeline(lambda pipeline: build_pipeline(pipeline, plan), config.preprocess.beam, STEP, image)
-        result = take_result(staging.uri(RESULT_FILE), STEP)
+        result = take_result(staging, STEP)
         problems = [Problem(tuple(order), message) for order, message in result["problems"]]
         if fitted_state is None:  # as the one-process engine: data for an earlier run's transforms may be inference-only
             problems += _label_problems(config, result)
@@ -185,5 +180,3 @@ def _publish(staging: storage.OutputStaging, config: GnnflowConfig, plan: Plan, 
         log.info("edges[%s]: wrote %d edges", spec.name, count)
     return publish_preprocessed(staging, config, node_schemas, edge_schemas, node_state, edge_features)
 
-
-__all__ = ["IdBatch", "build_pipeline", "plan_tables", "preprocess_with_beam"]

@@ -40,10 +40,10 @@ from components.preprocess.nodes import (
 )
 from components.preprocess.parts import write_part
 from components.preprocess.splits import edge_split, node_split
+from components.preprocess.step import STEP
 from components.schema import SPLIT_CODES
 from components.transforms import FeatureFitter, FittedFeatures, PerFileFitters, fit_label_vocabulary, label_values
 
-STEP = "preprocess"
 
 # Problem order, as the one-process engine meets errors: node tables one by one (scan, empty,
 # duplicates), then writing every node table, then edge tables one by one (fit, write, empty).
@@ -75,9 +75,7 @@ class Plan:
         return storage.OutputStaging(storage.parse_uri(self.output), STEP, self.generation)
 
     def chunks(self, table: TablePlan, file: int) -> Iterator[tables.TableChunk]:
-        options = self.config.preprocess
-        return tables.iter_chunks([table.source.files[file]], table.source.column_types, table.source.fmt,
-                                  block_bytes=options.csv_block_bytes, batch_rows=options.parquet_batch_rows)
+        return table.source.chunks(self.config.preprocess, file)
 
 
 @dataclass(frozen=True)
@@ -142,7 +140,6 @@ class Layout:
     first_row: dict[tuple[int, int], int] = field(default_factory=dict)  # (edge table, file) → first edge row
     first_part: dict[tuple[str, int, int], int] = field(default_factory=dict)  # (kind, table, file) → first part
     block_rows: dict[tuple[str, int, int], int] = field(default_factory=dict)
-    node_counts: dict[int, int] = field(default_factory=dict)
     node_features: dict[int, list[FittedFeatures]] = field(default_factory=dict)
     vocabularies: dict[int, list[str] | None] = field(default_factory=dict)
     edge_features: dict[int, list[FittedFeatures]] = field(default_factory=dict)
@@ -173,7 +170,6 @@ def build_layout(scans: list[Scan], plan: Plan) -> Layout:
             state = reused.get("node_types" if kind == "node" else "edge_types", {}).get(name)
             features = [FittedFeatures.from_dict(f) for f in state["features"]] if state else fitters.finish()
             if kind == "node":
-                layout.node_counts[t] = rows
                 layout.node_features[t] = features
                 label_column = plan.config.graph.nodes[t].label_column
                 layout.vocabularies[t] = state.get("label_vocabulary") if state else (
@@ -237,8 +233,12 @@ def resolve_bucket(key: tuple[str, int], batches: list[IdBatch], layout: Layout,
         yield Problem((NODE_SCAN, table, NODE_DUPLICATE, int(files[k]), int(positions[k])),
                       str(duplicate_id_error(values[k], spec.id_column, *where)))
         index, files, positions = index[~duplicated], files[~duplicated], positions[~duplicated]
-    node_ids = np.asarray([layout.first_id[(node_batches[0].block.table, int(f))] for f in files], dtype=np.int64) + positions \
-        if len(files) else np.empty(0, np.int64)
+    if node_batches:  # a node's id: its file's first id plus its row in the file
+        table = node_batches[0].block.table
+        first_ids = np.asarray([layout.first_id[(table, f)] for f in range(len(plan.nodes[table].source.files))], dtype=np.int64)
+        node_ids = first_ids[files] + positions
+    else:
+        node_ids = np.empty(0, np.int64)
     for batch in batches:
         if batch.block.kind == "edge":
             found = index.get_indexer(batch.ids.to_numpy(zero_copy_only=False)) if len(index) else np.full(len(batch.positions), -1)

@@ -26,6 +26,12 @@ def map_endpoints(values: pa.ChunkedArray, ids: pd.Index) -> np.ndarray:
     return ids.get_indexer(values.to_numpy(zero_copy_only=False)).astype(np.int64)
 
 
+def open_edge_table(spec: EdgeTableSpec) -> tuple[TableSource, list[list[str]]]:
+    """The edge table's files with the endpoint and split columns and its feature groups."""
+    base = [spec.src_column, spec.dst_column, *([spec.split_column] if spec.split_column else [])]
+    return open_table(spec.uri, spec.format, base, spec.features)
+
+
 def fit_edge_features(spec: EdgeTableSpec, options: PreprocessSpec, source: TableSource, groups: list[list[str]]) -> list[FittedFeatures]:
     """Pass 1 over an edge table with feature groups: their statistics (no features: none)."""
     if not spec.features:
@@ -109,8 +115,7 @@ def write_edges(
     Edges whose endpoint is missing from the node table stop the step with the file and row,
     or, with ``on_unknown_endpoint: drop``, are dropped and counted.
     """
-    base = [spec.src_column, spec.dst_column, *([spec.split_column] if spec.split_column else [])]
-    source, groups = open_table(spec.uri, spec.format, base, spec.features)
+    source, groups = open_edge_table(spec)
     if reused is not None:
         features = [FittedFeatures.from_dict(f) for f in reused["features"]]
     else:

@@ -45,9 +45,11 @@ class TableSource:
     fmt: tables.TableFormat
     column_types: dict[str, pa.DataType]
 
-    def chunks(self, options: PreprocessSpec):
+    def chunks(self, options: PreprocessSpec, file: int | None = None):
+        """The table's chunks in order; only those of ``files[file]`` when ``file`` is given."""
         return tables.iter_chunks(
-            self.files, self.column_types, self.fmt, block_bytes=options.csv_block_bytes, batch_rows=options.parquet_batch_rows
+            self.files if file is None else [self.files[file]], self.column_types, self.fmt,
+            block_bytes=options.csv_block_bytes, batch_rows=options.parquet_batch_rows,
         )
 
 
@@ -109,10 +111,15 @@ def _row_of(position: int, boundaries: list[tuple[int, storage.Uri]]) -> str:
     return f"{uri}, row {position - start + 1}"
 
 
+def open_node_table(spec: NodeTableSpec) -> tuple[TableSource, list[list[str]]]:
+    """The node table's files with the id, label and split columns and its feature groups."""
+    base = [spec.id_column, *([spec.label_column] if spec.label_column else []), *([spec.split_column] if spec.split_column else [])]
+    return open_table(spec.uri, spec.format, base, spec.features)
+
+
 def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None) -> NodeFit:
     """Pass 1 over one node table. ``reused`` holds fitted state from an earlier run to apply as is."""
-    base = [spec.id_column, *([spec.label_column] if spec.label_column else []), *([spec.split_column] if spec.split_column else [])]
-    source, groups = open_table(spec.uri, spec.format, base, spec.features)
+    source, groups = open_node_table(spec)
     fitters = PerFileFitters(spec.features, groups)
     labels: set[str] = set()
     id_parts: list[pa.ChunkedArray] = []
@@ -202,11 +209,11 @@ def unlabelled_error(spec: NodeTableSpec, labelled: dict[str, int]) -> GnnflowEr
 
 
 def node_type_schema(
-    fit_spec: NodeTableSpec, features: list[FittedFeatures], vocabulary: list[str] | None, count: int,
+    spec: NodeTableSpec, features: list[FittedFeatures], vocabulary: list[str] | None, count: int,
     split_sizes: dict[str, int] | None, files: list[str], id_map_files: list[str], file_rows: list[int],
 ) -> NodeTypeSchema:
     return NodeTypeSchema(
-        name=fit_spec.type,
+        name=spec.type,
         count=count,
         feature_names=[name for f in features for name in f.output_names],
         label_vocabulary=vocabulary,

@@ -9,7 +9,6 @@ result file, from which the launcher publishes.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,13 +18,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from components import storage
-from components.beam_pipeline import run_pipeline, take_result
+from components.beam_pipeline import put_result, run_pipeline, take_result
 from components.config import GnnflowConfig
 from components.serialize.step import STEP, TypeShards, _encode_batch
 
 log = logging.getLogger("gnnflow.serialize")
-
-RESULT_FILE = "_beam_result.json"
 
 
 @dataclass(frozen=True)
@@ -89,8 +86,7 @@ def run_task(task: ShardTask | CopyTask, preprocessed: storage.PublishedOutput, 
 
 
 def _write_result(results: list[tuple[str, int, list]], output: str, generation: str) -> None:
-    staging = storage.OutputStaging(storage.parse_uri(output), STEP, generation)
-    storage.write_text(staging.uri(RESULT_FILE), json.dumps(sorted(results)))
+    put_result(storage.OutputStaging(storage.parse_uri(output), STEP, generation), sorted(results))
 
 
 def _known_part_rows(preprocessed: storage.PublishedOutput, plan: TypeShards) -> TypeShards:
@@ -129,7 +125,7 @@ def write_with_beam(
         )
 
     run_pipeline(build, config.preprocess.beam, STEP, image)
-    results = {path: (count, entry) for path, count, entry in take_result(staging.uri(RESULT_FILE), STEP)}
+    results = {path: (count, entry) for path, count, entry in take_result(staging, STEP)}
     written = {}
     for folder, plan in plans.items():
         paths = plan.shard_paths()

@@ -90,27 +90,17 @@ def _shard_pieces(batches: Iterator[pa.RecordBatch], per_shard: int, num_shards:
             in_shard += take
 
 
-def write_shards(
-    staging: storage.OutputStaging,
-    folder: str,
-    batches: Iterator[pa.RecordBatch],
-    rows: int,
-    num_shards: int,
-    int_columns: Sequence[str],
-    dim: int,
-    description: str,
-) -> tuple[list[str], list[int]]:
-    """Streams batches into ``num_shards`` shards of near-equal row counts; returns their paths
+def write_shards(staging: storage.OutputStaging, plan: "TypeShards", batches: Iterator[pa.RecordBatch]) -> tuple[list[str], list[int]]:
+    """Streams the type's batches into its shards (near-equal row counts); returns their paths
     and record counts."""
-    paths = [f"{folder}/shard-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]  # as TypeShards.shard_paths
-    counts = [0] * num_shards
+    paths = plan.shard_paths()
+    counts = [0] * plan.num_shards
     done = 0
-    with progress(description, total=rows) as bar:
-        pieces = _shard_pieces(batches, math.ceil(rows / num_shards) if rows else 0, num_shards)
-        for shard, group in itertools.groupby(pieces, key=lambda piece: piece[0]):
+    with progress(plan.folder, total=plan.rows) as bar:
+        for shard, group in itertools.groupby(_shard_pieces(batches, plan.per_shard, plan.num_shards), key=lambda piece: piece[0]):
             with staging.open_write(paths[shard]) as writer:
                 for _, piece in group:
-                    writer.write(_encode_batch(piece, int_columns, dim, done))
+                    writer.write(_encode_batch(piece, plan.int_columns, plan.dim, done))
                     counts[shard] += piece.num_rows
                     done += piece.num_rows
                     bar.update(piece.num_rows)
@@ -135,9 +125,14 @@ class TypeShards:
     def shard_paths(self) -> list[str]:
         return [f"{self.folder}/shard-{i:05d}-of-{self.num_shards:05d}.tfrecord" for i in range(self.num_shards)]
 
+    @property
+    def per_shard(self) -> int:
+        """Rows of every shard but the last (which takes the rest)."""
+        return math.ceil(self.rows / self.num_shards) if self.rows else 0
+
     def shard_ranges(self) -> list[tuple[int, int]]:
         """[start, stop) rows of every shard: what :func:`write_shards` puts in each."""
-        per_shard = math.ceil(self.rows / self.num_shards) if self.rows else 0
+        per_shard = self.per_shard
         return [(min(i * per_shard, self.rows), min((i + 1) * per_shard, self.rows)) for i in range(self.num_shards)]
 
     @property
@@ -179,8 +174,7 @@ def serialize(
         else:
             written = {}
             for folder, plan in plans.items():
-                batches = iter_part_batches(preprocessed, plan.parts)
-                written[folder] = write_shards(staging, folder, batches, plan.rows, plan.num_shards, plan.int_columns, plan.dim, folder)
+                written[folder] = write_shards(staging, plan, iter_part_batches(preprocessed, plan.parts))
             for node in schema.node_types.values():
                 for rel in node.id_map_files:
                     storage.copy_file(preprocessed.uri(rel), staging.uri(rel))

@@ -80,11 +80,12 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
     ddp = DistributedDataParallel(model, find_unused_parameters=schema.is_heterogeneous)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
     output = storage.parse_uri(job.output)
-    state = checkpoint.load(output, checkpoint.fingerprint(config, partitions.manifest.generation, ctx.world_size))
+    fingerprint = checkpoint.fingerprint(config, partitions.manifest.generation, ctx.world_size)
+    state = checkpoint.load(output, fingerprint)
     if state is not None and state.next_epoch > config.training.epochs:
         state = None  # fewer epochs than the checkpoint has run: a shorter run, trained afresh
     if state is None:
-        state = checkpoint.TrainingState(checkpoint.fingerprint(config, partitions.manifest.generation, ctx.world_size))
+        state = checkpoint.TrainingState(fingerprint)
     else:
         model.load_state_dict(state.model)
         optimizer.load_state_dict(state.optimizer)
