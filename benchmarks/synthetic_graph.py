@@ -7,9 +7,12 @@ graph skips the tables and `preprocess` and is encoded the way `components.seria
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 WRITE_BATCH = 8192  # rows per encode_examples call, as serialize's Parquet batches
 
@@ -39,6 +42,15 @@ def make_graph(nodes: int, edges: int, dim: int, classes: int, homophily: float 
         c = label[src[same]]
         dst[same] = by_class[starts[c] + (rng.random(int(same.sum())) * counts[c]).astype(np.int64)]
     return {"label": label, "features": features, "split": split, "src": src, "dst": dst}
+
+
+def bounds_of(total: int, rows: list[int]) -> list[int]:
+    """[0, rows[0], rows[0] + rows[1], ..., total]: where each file's rows start."""
+    out = [0]
+    for r in rows:
+        out.append(out[-1] + r)
+    assert out[-1] == total
+    return out
 
 
 def write_serialized(out: Path | str, graph: dict[str, np.ndarray], classes: int):
@@ -72,8 +84,17 @@ def write_serialized(out: Path | str, graph: dict[str, np.ndarray], classes: int
             files[folder] = (paths, np.diff(bounds).tolist())
         split = graph["split"]
         sizes = {name: int((split == code).sum()) for name, code in (("train", 0), ("val", 1), ("test", 2))}
+        id_maps = []
+        starts = bounds_of(nodes, files["nodes/paper"][1])
+        for i, (lo, hi) in enumerate(zip(starts, starts[1:])):
+            table = pa.table({"node_id": pa.array(np.arange(lo, hi, dtype=np.int64)),
+                              "original_id": pa.array([f"n{j}" for j in range(lo, hi)], pa.string())})
+            buffer = io.BytesIO()
+            pq.write_table(table, buffer)
+            id_maps.append(f"id_maps/paper/part-{i:05d}.parquet")
+            staging.write_bytes(id_maps[-1], buffer.getvalue())
         node_type = NodeTypeSchema("paper", nodes, [f"f{j}" for j in range(dim)], [f"class_{c}" for c in range(classes)],
-                                   sizes, files["nodes/paper"][0], file_rows=files["nodes/paper"][1])
+                                   sizes, files["nodes/paper"][0], id_map_files=id_maps, file_rows=files["nodes/paper"][1])
         edge_type = EdgeTypeSchema("paper", "cites", "paper", edges, [], True, {"train": 0, "val": 0, "test": 0},
                                    files["edges/paper__cites__paper"][0], file_rows=files["edges/paper__cites__paper"][1])
         record_format = {"node_types": {"paper": {"int64": {"node_id": 1, "label": 1, "split": 1}, "float": {"features": dim}}},

@@ -195,6 +195,15 @@ class PartitionSpec(_Section):
         True, description="Load node and edge shards in parallel subprocesses; false loads them one after another (edges first), lowering peak memory."
     )
     seed: int = Field(0, description="Seed of the hash that assigns nodes to partitions.")
+    method: Literal["hash", "label_propagation"] = Field(
+        "hash",
+        description="How nodes are assigned: hash (balanced, ignores edges) or label_propagation (starts from the hash and "
+        "moves nodes towards their neighbours' partitions, run across the partition workers: fewer cut edges, fewer remote fetches).",
+    )
+    refine_rounds: int = Field(10, ge=1, le=100, description="label_propagation: rounds of refinement (stops early once no node moves).")
+    balance_slack: float = Field(
+        0.05, ge=0.0, le=1.0, description="label_propagation: a partition holds at most (1 + slack) * nodes / partitions of each type."
+    )
 
 
 StepName = Literal["preprocess", "serialize", "partition", "train", "infer", "report"]

@@ -10,10 +10,10 @@ from components.partition.dataset import to_dist_dataset
 from components.partition.store import read_partition
 
 
-def sample_and_check(ctx: WorkerContext, partitions_uri: str, features: torch.Tensor, labels: torch.Tensor) -> dict[str, int]:
+def sample_and_check(ctx: WorkerContext, partitions_uri: str, features: torch.Tensor, labels: torch.Tensor, source_of: torch.Tensor) -> dict[str, int]:
     """Samples with GLT's distributed neighbor loader over the stored partitions and counts
     sampled nodes whose features or labels differ from the originals (``features`` and
-    ``labels`` indexed by global node id)."""
+    ``labels`` indexed by source id; ``source_of`` maps partition ids to source ids)."""
     import graphlearn_torch as glt
 
     part = read_partition(storage.open_published(partitions_uri), ctx.rank)
@@ -28,15 +28,15 @@ def sample_and_check(ctx: WorkerContext, partitions_uri: str, features: torch.Te
         worker_options=glt.distributed.CollocatedDistSamplingWorkerOptions(master_addr=ctx.master_addr, master_port=ctx.rpc_port),
     )
     counts = {"batches": 0, "sampled": 0, "remote": 0, "feature_mismatch": 0, "label_mismatch": 0, "seeds": 0}
-    book = part.node_books[node_type].to(torch.int64)
+    ends = torch.cumsum(torch.tensor(part.metadata.node_counts[node_type]), 0)
     for batch in loader:
         ids = batch.node
         counts["batches"] += 1
         counts["sampled"] += len(ids)
         counts["seeds"] += int(batch.batch_size)
-        counts["remote"] += int((book[ids] != ctx.rank).sum())
-        counts["feature_mismatch"] += int((batch.x != features[ids]).any(dim=1).sum())
-        counts["label_mismatch"] += int((batch.y.reshape(-1) != labels[ids]).sum())
+        counts["remote"] += int((torch.searchsorted(ends, ids, right=True) != ctx.rank).sum())
+        counts["feature_mismatch"] += int((batch.x != features[source_of[ids]]).any(dim=1).sum())
+        counts["label_mismatch"] += int((batch.y.reshape(-1) != labels[source_of[ids]]).sum())
     loader.shutdown()
     glt.distributed.barrier()
     glt.distributed.shutdown_rpc()

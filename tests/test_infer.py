@@ -21,16 +21,18 @@ from components.errors import GnnflowError
 from components.hetero_demo_graph import generate_hetero_demo_graph, write_hetero_demo_graph
 from components.infer.__main__ import main as infer_main
 from components.infer.layerwise import aggregation_edges
-from components.infer.metrics import link_metrics
 from components.infer.restore import restore_model
 from components.infer.sampled import sampling_types
 from components.infer.step import infer
+from components.launcher import WorkerContext, launch
+from components.partition.books import hash_owner
 from components.partition.step import partition
-from components.partition.store import METADATA_FILE, PartitionMetadata, read_metadata, read_partition
+from components.partition.store import METADATA_FILE, PartitionMetadata, read_metadata, read_original_ids, read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.starter_config import propose_config
 from components.train.step import train
+from tests.link_eval_workers import score_test_edges
 
 NUM_NODES = 1500
 TEST = 2  # split code
@@ -130,7 +132,7 @@ def test_sampled_covers_every_node_with_predictions(sampled):
 
 
 def full_graph_embeddings(trained: Trained) -> tuple[torch.Tensor, list[str]]:
-    """(N, hidden) embeddings of the whole graph in one process, by int id; and the original ids."""
+    """(N, hidden) embeddings of the whole graph in one process, by partition id; and the original ids."""
     partitions = storage.open_published(trained.root / "run" / "partitions")
     metadata = read_metadata(partitions)
     parts = [read_partition(partitions, i) for i in range(metadata.num_partitions)]
@@ -143,9 +145,8 @@ def full_graph_embeddings(trained: Trained) -> tuple[torch.Tensor, list[str]]:
     model = restore_model(storage.open_published(trained.root / "run" / "model"), metadata.schema, trained.config, "out")
     with torch.no_grad():
         z = model.module.encoder(features, edges.flip(0))
-    originals = pq.read_table(io.BytesIO(partitions.read_bytes("id_maps/node/part-00000.parquet"))).to_pandas()
-    order = originals.sort_values("node_id")["original_id"].astype(str).tolist()
-    return z, order
+    originals = [str(o) for i in range(metadata.num_partitions) for o in read_original_ids(partitions, i, "node")]
+    return z, originals
 
 
 def test_exact_matches_a_full_graph_pass_and_sampled_accuracy(trained, sampled, tmp_path):
@@ -221,8 +222,8 @@ def test_link_prediction_exact_on_destination_partitions(tmp_path):
     model = restore_model(storage.open_published(run / "model"), metadata.schema, config, "in")
     with torch.no_grad():
         z = model.module.encoder(features, train_edges)
-    id_map = pq.read_table(io.BytesIO(partitions.read_bytes("id_maps/node/part-00000.parquet"))).to_pandas().sort_values("node_id")
-    written = torch.tensor(np.stack(table.loc[id_map["original_id"].astype(str), "embedding"].to_numpy()))
+    originals = [str(o) for i in range(2) for o in read_original_ids(partitions, i, "node")]  # by partition id
+    written = torch.tensor(np.stack(table.loc[originals, "embedding"].to_numpy()))
     assert torch.allclose(written, z, atol=1e-4), float((written - z).abs().max())
     metrics = published.read_json("metrics.json")
     test_edges = sum(int((pq.read_table(io.BytesIO(preprocessed.read_bytes(f)), columns=["split"]).column("split").to_numpy() == TEST).sum())
@@ -276,16 +277,30 @@ def test_aggregation_follows_the_sampling_direction():
         aggregation_edges(edge_index, torch.tensor([0]), 3, "src")
 
 
-def test_link_metrics_score_with_the_decoder():
-    from components.train.model import LinkPredictor
+ALONE = WorkerContext(rank=0, world_size=1, local_rank=0, local_world_size=1, master_addr="127.0.0.1", master_port=0, rpc_port=0)
 
+
+def test_link_metrics_score_with_the_decoder_on_any_number_of_workers():
     z = torch.eye(500) * 10  # node i alone points along axis i: only (i, i) pairs score high
-    model = LinkPredictor(torch.nn.Identity(), 500, "dot")
     positives = torch.arange(50).repeat(2, 1)
-    perfect = link_metrics(model, z, z, positives, seed=0)
+    alone = torch.zeros(500, dtype=torch.int64)
+    perfect = score_test_edges(ALONE, z, positives, alone, 0)
     assert perfect["test_roc_auc"] > 0.99 and perfect["test_count"] == 50
     # A positive ties only with negatives that drew its own source (ranks are pessimistic on ties).
     assert perfect["test_mrr"] > 0.7 and perfect["test_hits@10"] == 1.0
-    crossed = link_metrics(model, z, z, torch.stack([torch.arange(50), torch.arange(50) + 1]), seed=0)
+    crossed = score_test_edges(ALONE, z, torch.stack([torch.arange(50), torch.arange(50) + 1]), alone, 0)
     assert crossed["test_roc_auc"] < 0.6 and crossed["test_hits@10"] < 0.2
-    assert link_metrics(model, z, z, positives, seed=0) == perfect, "fixed seed, same negatives"
+    # Three workers, each owning a hashed third of the nodes and scoring its own edges with
+    # embeddings fetched from the others: the same negatives, the same metrics.
+    owner = hash_owner(torch.arange(500), 3, seed=5)
+    spread = launch(score_test_edges, (z, positives, owner, 0), world_size=3)
+    assert spread[0] == spread[1] == spread[2]
+    assert spread[0] == pytest.approx(perfect, rel=1e-12)
+
+
+def test_histogram_auc_counts_ties_half():
+    from components.train.metrics import histogram_auc, score_histogram
+
+    positive, negative = score_histogram(torch.tensor([1.0, 2.0])), score_histogram(torch.tensor([0.0, 1.0]))
+    assert histogram_auc(positive, negative) == 0.875  # 3 of 4 pairs won, one tied
+    assert np.isnan(histogram_auc(positive, score_histogram(torch.zeros(0))))

@@ -3,6 +3,7 @@ partitions, partitioned loading, and the failures a user can cause."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import psutil
 import pytest
 import torch
@@ -21,7 +23,7 @@ from components.errors import GnnflowError
 from components.launcher import launch
 from components.partition.loading import assign_shards, load_graph
 from components.partition.step import partition
-from components.partition.store import read_partition
+from components.partition.store import read_metadata, read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import read_graph_metadata, serialize
 from tests.partition_workers import sample_and_check
@@ -50,43 +52,62 @@ def citeseer_tfrecords(tmp_path_factory) -> storage.PublishedOutput:
     return serialize(config, root / "pre", root / "tfr")
 
 
-def whole_graph(serialized: storage.PublishedOutput) -> dict[str, torch.Tensor]:
-    """Every node's features, label and split and every edge, indexed by global id."""
-    graph = load_graph(serialized, read_graph_metadata(serialized), 0, 1)
+def whole_graph(serialized: storage.PublishedOutput) -> dict:
+    """Every node's features, label, split and original id and every edge, indexed by source id."""
+    metadata = read_graph_metadata(serialized)
+    graph = load_graph(serialized, metadata, 0, 1)
     nodes, edges = graph.nodes[NODE], graph.edges[EDGE]
     order = torch.argsort(nodes["node_id"])
     eorder = torch.argsort(edges["edge_id"])
+    id_map = pd.concat([pd.read_parquet(io.BytesIO(serialized.read_bytes(rel))) for rel in metadata.node_types[NODE].id_map_files])
     return {
         "features": nodes["features"][order], "label": nodes["label"][order], "split": nodes["split"][order],
         "src": edges["src"][eorder], "dst": edges["dst"][eorder],
+        "original": id_map.sort_values("node_id")["original_id"].astype(str).tolist(),
     }
+
+
+def in_range(ids: torch.Tensor, counts: list[int], index: int) -> bool:
+    start = sum(counts[:index])
+    return bool(((ids >= start) & (ids < start + counts[index])).all())
 
 
 def check_partitions(published: storage.PublishedOutput, whole: dict[str, torch.Tensor], world_size: int) -> None:
     parts = [read_partition(published, i) for i in range(world_size)]
-    ids = torch.cat([p.nodes[NODE]["node_id"] for p in parts])
-    assert sorted(ids.tolist()) == list(range(3327)), "every node in exactly one partition"
     counts = [len(p.nodes[NODE]["node_id"]) for p in parts]
+    assert parts[0].metadata.node_counts == {NODE: counts}
+    # Range books: partition p owns the contiguous partition ids sum(counts[:p]) .. + counts[p].
+    assert torch.equal(torch.cat([p.nodes[NODE]["node_id"] for p in parts]), torch.arange(3327))
+    sources = torch.cat([p.nodes[NODE]["source_id"] for p in parts])
+    assert sorted(sources.tolist()) == list(range(3327)), "every node in exactly one partition"
     assert max(counts) <= 1.1 * min(counts), f"unbalanced partitions {counts}"
     for p in parts:
         n = p.nodes[NODE]
-        assert torch.equal(n["features"], whole["features"][n["node_id"]])
-        assert torch.equal(n["label"], whole["label"][n["node_id"]])
-        assert torch.equal(n["split"], whole["split"][n["node_id"]])
-        assert (p.node_books[NODE][n["node_id"]] == p.index).all()
-    eids = torch.cat([p.edges[EDGE]["edge_id"] for p in parts])
+        assert torch.equal(n["features"], whole["features"][n["source_id"]])
+        assert torch.equal(n["label"], whole["label"][n["source_id"]])
+        assert torch.equal(n["split"], whole["split"][n["source_id"]])
+    source_of = sources  # partition id → source id
+    eids = torch.cat([p.edges[EDGE]["source_edge_id"] for p in parts])
     assert sorted(eids.tolist()) == list(range(2 * 4552)), "every edge, in both directions, exactly once"
+    edge_counts = parts[0].metadata.edge_counts[EDGE]
+    assert torch.equal(torch.cat([p.edges[EDGE]["edge_id"] for p in parts]), torch.arange(2 * 4552))
     for p in parts:
         e = p.edges[EDGE]
-        forward = e["edge_id"] < 4552
-        fid, rid = e["edge_id"][forward], e["edge_id"][~forward] - 4552
-        assert torch.equal(e["edge_index"][:, forward], torch.stack([whole["src"][fid], whole["dst"][fid]]))
-        assert torch.equal(e["edge_index"][:, ~forward], torch.stack([whole["dst"][rid], whole["src"][rid]]))
-        assert (p.node_books[NODE][e["edge_index"][0]] == p.index).all(), "edges live with their source node"
-        # CiteSeer's edges have no features: no edge book, and nothing of O(edges) on any worker.
-        assert p.edge_books == {}
-    assert not published.files_under("books/edges")
-    assert parts[0].metadata.node_counts == {NODE: counts}
+        forward = e["source_edge_id"] < 4552
+        fid, rid = e["source_edge_id"][forward], e["source_edge_id"][~forward] - 4552
+        ends = source_of[e["edge_index"]]
+        assert torch.equal(ends[:, forward], torch.stack([whole["src"][fid], whole["dst"][fid]]))
+        assert torch.equal(ends[:, ~forward], torch.stack([whole["dst"][rid], whole["src"][rid]]))
+        assert in_range(e["edge_index"][0], counts, p.index), "edges live with their source node"
+        assert in_range(e["edge_id"], edge_counts, p.index)
+    assert not published.files_under("books"), "no O(N) partition books: ranges in the metadata describe ownership"
+    # Each partition carries its nodes' original ids, in node order.
+    from components.partition.store import read_original_ids
+
+    for p in parts:
+        originals = read_original_ids(published, p.index, NODE)
+        assert len(originals) == len(p.nodes[NODE]["node_id"])
+        assert list(originals[:5]) == [whole["original"][int(i)] for i in p.nodes[NODE]["source_id"][:5]]
 
 
 def test_citeseer_two_workers_local(tmp_path, citeseer_tfrecords):
@@ -95,11 +116,35 @@ def test_citeseer_two_workers_local(tmp_path, citeseer_tfrecords):
     whole = whole_graph(citeseer_tfrecords)
     check_partitions(published, whole, 2)
     # GLT's distributed neighbor loader over the stored partitions returns the original values.
-    results = launch(sample_and_check, (str(tmp_path / "parts"), whole["features"], whole["label"]), world_size=2)
+    source_of = torch.cat([read_partition(published, i).nodes[NODE]["source_id"] for i in range(2)])
+    results = launch(sample_and_check, (str(tmp_path / "parts"), whole["features"], whole["label"], source_of), world_size=2)
     for counts in results:
         assert counts["seeds"] == 256 and counts["batches"] == 4
         assert counts["remote"] > 0, "some sampled neighbours live in the other partition"
         assert counts["feature_mismatch"] == 0 and counts["label_mismatch"] == 0
+
+
+def test_label_propagation_cuts_fewer_edges_and_fetches_less(tmp_path, citeseer_tfrecords):
+    hashed = partition(citeseer_tfrecords.root, tmp_path / "hash", PartitionSpec(), world_size=2)
+    options = PartitionSpec(method="label_propagation")
+    published = partition(citeseer_tfrecords.root, tmp_path / "lp", options, world_size=2)
+    whole = whole_graph(citeseer_tfrecords)
+    check_partitions(published, whole, 2)  # every guarantee of the hash partitioning holds
+    cut, hash_cut = read_metadata(published).edge_cut[EDGE], read_metadata(hashed).edge_cut[EDGE]
+    assert 0.45 < hash_cut < 0.55, "hashing cuts about half the edges of 2 partitions"
+    assert cut < 0.5 * hash_cut, (cut, hash_cut)
+    assert read_metadata(published).method == "label_propagation"
+    rerun = partition(citeseer_tfrecords.root, tmp_path / "lp2", options, world_size=2)
+    crcs = {k: v.crc32c for k, v in published.manifest.files.items()}
+    assert crcs == {k: v.crc32c for k, v in rerun.manifest.files.items()}, "reruns are bit-identical"
+    # Fewer of the nodes GLT samples live in the other partition.
+    fetched = {}
+    for name, output in (("hash", hashed), ("lp", published)):
+        source_of = torch.cat([read_partition(output, i).nodes[NODE]["source_id"] for i in range(2)])
+        counts = launch(sample_and_check, (str(output.root), whole["features"], whole["label"], source_of), world_size=2)
+        assert all(c["feature_mismatch"] == 0 and c["label_mismatch"] == 0 for c in counts)
+        fetched[name] = sum(c["remote"] for c in counts) / sum(c["sampled"] for c in counts)
+    assert fetched["lp"] < 0.6 * fetched["hash"], fetched
 
 
 def test_citeseer_two_workers_gcs_sequential_loading(tmp_path, citeseer_tfrecords, gcs_bucket):
@@ -110,7 +155,7 @@ def test_citeseer_two_workers_gcs_sequential_loading(tmp_path, citeseer_tfrecord
     parts = [read_partition(published, i) for i in range(2)]
     assert sorted(torch.cat([p.nodes[NODE]["node_id"] for p in parts]).tolist()) == list(range(3327))
     for p in parts:
-        assert (p.node_books[NODE][p.edges[EDGE]["edge_index"][1]] == p.index).all(), "edges live with their destination"
+        assert in_range(p.edges[EDGE]["edge_index"][1], p.metadata.node_counts[NODE], p.index), "edges live with their destination"
 
 
 def test_shards_are_split_disjointly_and_balanced():
@@ -222,18 +267,19 @@ def test_heterogeneous_graph(tmp_path):
     parts = [read_partition(published, i) for i in range(2)]
     for node_type, count in (("paper", 60), ("author", 40)):
         assert sorted(torch.cat([p.nodes[node_type]["node_id"] for p in parts]).tolist()) == list(range(count))
-    writes = torch.cat([p.edges["author__writes__paper"]["edge_id"] for p in parts])
+    writes = torch.cat([p.edges["author__writes__paper"]["source_edge_id"] for p in parts])
     assert sorted(writes.tolist()) == list(range(120)), "directed edges are stored once"
-    cites = torch.cat([p.edges["paper__cites__paper"]["edge_id"] for p in parts])
+    cites = torch.cat([p.edges["paper__cites__paper"]["source_edge_id"] for p in parts])
     assert sorted(cites.tolist()) == list(range(180)), "undirected edges in both directions"
     for p in parts:
         src = p.edges["author__writes__paper"]["edge_index"][0]
-        assert (p.node_books["author"][src] == p.index).all()
-        # An edge book only for the edge type with features, and it names each edge's holder.
-        assert set(p.edge_books) == {"author__writes__paper"} and p.edge_books["author__writes__paper"].shape == (120,)
-        assert (p.edge_books["author__writes__paper"][p.edges["author__writes__paper"]["edge_id"]] == p.index).all()
+        assert in_range(src, p.metadata.node_counts["author"], p.index)
+        assert in_range(p.edges["author__writes__paper"]["edge_id"], p.metadata.edge_counts["author__writes__paper"], p.index)
     from components.partition.dataset import to_dist_dataset
 
     dataset = to_dist_dataset(parts[0])
     assert set(dataset.node_features) == {"paper", "author"}
+    # An edge book (a range book) only for the edge type with features.
+    assert set(dataset.edge_pb) == {("author", "writes", "paper")}
+    assert dataset.node_pb["author"][torch.tensor([0, 39])].tolist() == [0, 1]
     assert set(dataset.graph) == {("author", "writes", "paper"), ("paper", "cites", "paper")}

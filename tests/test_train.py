@@ -24,7 +24,7 @@ from components import storage
 from components.config import GnnflowConfig, parse_config
 from components.demo_graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
-from components.partition.partitioner import node_owner
+from components.partition.books import hash_owner
 from components.partition.step import partition
 from components.partition.store import read_partition
 from components.preprocess.step import preprocess
@@ -165,8 +165,8 @@ def one_sided_validation(tmp_path_factory) -> tuple[dict, storage.Uri, int]:
     in partition 0 of 2: (raw config, partitions, labelled validation nodes)."""
     root = tmp_path_factory.mktemp("one_sided")
     demo = generate_demo_graph(DEMO_NODES, seed=3)
-    # Preprocessing numbers nodes in table order, and the partitioner places id i by node_owner.
-    owner = node_owner(torch.arange(DEMO_NODES), 2, seed=0).numpy()
+    # Preprocessing numbers nodes in table order, and the partitioner places id i by hash_owner.
+    owner = hash_owner(torch.arange(DEMO_NODES), 2, seed=0).numpy()
     draw = np.random.default_rng(0).random(DEMO_NODES)
     split = np.where(draw < 0.6, "train", np.where(draw < 0.8, "test", np.where(owner == 0, "val", "train")))
     nodes_file, edges_file = write_demo_graph(type(demo)(demo.nodes.assign(split=split), demo.edges), root / "tables")

@@ -12,35 +12,18 @@ import io
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
 from components import storage
 from components.errors import GnnflowError
 from components.infer.outputs import NodeOutputs
-from components.schema import NodeTypeSchema
 
 EMBEDDINGS_FOLDER = "embeddings"
 
 
 def shard_path(node_type: str, rank: int) -> str:
     return f"{EMBEDDINGS_FOLDER}/{node_type}/part-{rank:05d}.parquet"
-
-
-def read_id_map(partitions: storage.PublishedOutput, node: NodeTypeSchema) -> np.ndarray:
-    """(count,) original ids as str objects, indexed by the int64 id the pipeline gave each node."""
-    if not node.id_map_files:
-        raise GnnflowError(f"{partitions.root} holds no id map for node type {node.name!r}: re-run preprocess, serialize and partition")
-    tables = [pq.read_table(io.BytesIO(partitions.read_bytes(rel)), columns=["node_id", "original_id"]) for rel in node.id_map_files]
-    table = pa.concat_tables(tables)
-    ids = table.column("node_id").to_numpy()
-    originals = pc.cast(table.column("original_id"), pa.string()).to_numpy(zero_copy_only=False)
-    if len(ids) != node.count or len(np.unique(ids)) != node.count or (len(ids) and (ids.min() < 0 or ids.max() >= node.count)):
-        raise GnnflowError(f"the id map of {node.name!r} in {partitions.root} does not cover ids 0..{node.count - 1} once each")
-    out = np.empty(node.count, dtype=object)
-    out[ids] = originals
-    return out
 
 
 def shard_table(originals: np.ndarray, out: NodeOutputs, vocabulary: list[str] | None) -> pa.Table:

@@ -23,6 +23,7 @@ import os
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -31,15 +32,17 @@ from components.config import GnnflowConfig
 from components.errors import GnnflowError
 from components.infer import shards
 from components.infer.layerwise import check_encoder, exact_outputs
-from components.infer.metrics import embeddings_by_id, link_metrics, shard_confusion
+from components.infer.link_eval import link_metrics, own_embeddings
+from components.infer.metrics import shard_confusion
+from components.infer.shards import embedding_matrix
 from components.infer.outputs import NodeOutputs
 from components.infer.restore import RestoredModel, model_config, restore_model
 from components.launcher import WorkerContext, launch_staged
 from components.partition.step import STEP as PARTITION_STEP
-from components.partition.store import StoredPartition, read_metadata, read_partition
+from components.partition.store import StoredPartition, read_metadata, read_original_ids, read_partition
 from components.schema import NO_LABEL, SPLIT_CODES
 from components.train.step import STEP as TRAIN_STEP
-from components.train.metrics import all_gather_cat, all_sum, classification_metrics
+from components.train.metrics import all_sum, classification_metrics
 
 log = logging.getLogger("gnnflow.infer")
 
@@ -107,40 +110,45 @@ def _check_complete(outputs: dict[str, NodeOutputs], part: StoredPartition) -> N
             raise RuntimeError(f"partition {part.index}: inference did not cover each of its {node_type!r} nodes exactly once")
 
 
+def _read_back(staging: storage.OutputStaging, rank: int, node_type: str, columns: list[str], own_originals: np.ndarray):
+    """This worker's shard of ``node_type`` read back, and its rows' positions among the worker's nodes."""
+    path = shards.shard_path(node_type, rank)
+    table = shards.read_shard(staging, path, columns=columns)
+    if table.num_rows != len(own_originals):
+        raise GnnflowError(f"{staging.uri(path)} holds {table.num_rows} rows, the worker owns {len(own_originals)} nodes")
+    return table, torch.from_numpy(shards.rows_of(own_originals, table.column("node_id"), str(staging.uri(path))))
+
+
 def _classification_metrics(staging: storage.OutputStaging, part: StoredPartition, originals: dict, rank: int) -> dict[str, float]:
     """Every worker reads its own target shard back; the confusion matrices are summed."""
     schema = part.metadata.schema
     target, nodes = schema.target, part.nodes[schema.target]
-    path = shards.shard_path(target, rank)
-    table = shards.read_shard(staging, path, columns=["node_id", "prediction"])
+    table, rows = _read_back(staging, rank, target, ["node_id", "prediction"], originals[target])
     vocabulary = schema.node_types[target].label_vocabulary or []
-    own = originals[target][nodes["node_id"].numpy()]
-    confusion = shard_confusion(table, own, nodes["label"], nodes["split"], vocabulary, str(staging.uri(path)))
+    confusion = shard_confusion(table, rows, nodes["label"], nodes["split"], vocabulary, str(staging.uri(shards.shard_path(target, rank))))
     metrics = classification_metrics(all_sum(confusion))
     return {"test_accuracy": metrics["accuracy"], "test_macro_f1": metrics["macro_f1"], "test_count": metrics["count"]}
 
 
-def _link_metrics(staging: storage.OutputStaging, part: StoredPartition, originals: dict, paths: list[str], model: RestoredModel,
-                  rank: int, seed: int) -> dict[str, float] | None:
-    """Test edges are gathered to rank 0, which reads every endpoint shard back and scores them."""
+def _link_metrics(staging: storage.OutputStaging, part: StoredPartition, originals: dict, model: RestoredModel,
+                  ctx: WorkerContext, seed: int) -> dict[str, float]:
+    """Every worker reads its own endpoint shards back and scores its own test edges, fetching
+    other partitions' embeddings from their owners (see :mod:`.link_eval`)."""
     schema = part.metadata.schema
     edge = schema.edge_types[schema.target]
+    embeddings = {}
+    for node_type in dict.fromkeys([edge.src_type, edge.dst_type]):
+        table, rows = _read_back(staging, ctx.rank, node_type, ["node_id", "embedding"], originals[node_type])
+        z = embedding_matrix(table)
+        own = torch.empty_like(z)
+        own[rows] = z
+        nodes = part.nodes[node_type]
+        embeddings[node_type] = own_embeddings(own, part.metadata.node_counts[node_type], part.index, nodes["source_id"],
+                                               nodes["node_id"], ctx.world_size)
     tensors = part.edges[schema.target]
-    test = (tensors["split"] == SPLIT_CODES["test"]) & (tensors["edge_id"] < edge.count)  # each undirected edge once
-    rows = torch.cat([tensors["edge_id"][test].reshape(-1, 1), tensors["edge_index"][:, test].t()], dim=1)
-    gathered = all_gather_cat(rows)  # (m, 3) edge_id, src, dst
-    if rank != 0:
-        return None
-    positives = gathered[torch.argsort(gathered[:, 0])][:, 1:].t()  # by edge id: the same order for any world size
-
-    def table_of(node_type: str) -> torch.Tensor:
-        folder = f"{shards.EMBEDDINGS_FOLDER}/{node_type}/"
-        tables = [shards.read_shard(staging, p, columns=["node_id", "embedding"]) for p in paths if p.startswith(folder)]
-        return embeddings_by_id(tables, originals[node_type], str(staging.uri(folder)))
-
-    z_src = table_of(edge.src_type)
-    z_dst = z_src if edge.dst_type == edge.src_type else table_of(edge.dst_type)
-    return link_metrics(model.module, z_src, z_dst, positives, seed)
+    test = (tensors["split"] == SPLIT_CODES["test"]) & (tensors["source_edge_id"] < edge.count)  # each undirected edge once
+    return link_metrics(model.module, embeddings[edge.src_type], embeddings[edge.dst_type], tensors["edge_index"][:, test],
+                        tensors["source_edge_id"][test], seed, ctx.world_size)
 
 
 def _write_shards(staging: storage.OutputStaging, part: StoredPartition, outputs: dict[str, NodeOutputs], originals: dict, rank: int) -> None:
@@ -148,7 +156,7 @@ def _write_shards(staging: storage.OutputStaging, part: StoredPartition, outputs
     for node_type, out in outputs.items():
         node = schema.node_types[node_type]
         vocabulary = node.label_vocabulary if schema.task_type == "node_classification" and node_type == schema.target else None
-        table = shards.shard_table(originals[node_type][out.node_ids.numpy()], out, vocabulary)
+        table = shards.shard_table(originals[node_type][(out.node_ids - part.node_offset(node_type)).numpy()], out, vocabulary)
         shards.write_shard(staging, node_type, rank, table)
 
 
@@ -179,7 +187,7 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
         outputs = _sampled(ctx, job, part, model)
     seconds = time.perf_counter() - start
     _check_complete(outputs, part)
-    originals = {t: shards.read_id_map(partitions, n) for t, n in schema.node_types.items()}
+    originals = {t: read_original_ids(partitions, ctx.rank, t) for t in schema.node_types}  # this partition's only
     _write_shards(staging, part, outputs, originals, ctx.rank)
     # After this every shard is written: rank 0 may read any of them.
     gathered: list = [None] * ctx.world_size
@@ -187,8 +195,7 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     if schema.task_type == "node_classification":
         metrics = _classification_metrics(staging, part, originals, ctx.rank)
     else:
-        paths = sorted(p for entries, _, _ in gathered for p in entries)
-        metrics = _link_metrics(staging, part, originals, paths, model, ctx.rank, job.config.training.seed)
+        metrics = _link_metrics(staging, part, originals, model, ctx, job.config.training.seed)
     if ctx.rank != 0:
         dist.barrier()  # nobody leaves while rank 0 may still talk to it
         return None

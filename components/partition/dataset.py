@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from components.partition.books import range_ends
 from components.partition.store import StoredPartition
 from components.schema import SPLIT_CODES
 
@@ -16,16 +17,9 @@ def edge_type_tuple(name: str) -> tuple[str, str, str]:
     return src, relation, dst
 
 
-def _id2idx(node_ids: torch.Tensor, count: int) -> torch.Tensor:
-    """(count,) int64 map from global id to row in this partition's tensors (-1: not here)."""
-    index = torch.full((count,), -1, dtype=torch.int64)
-    index[node_ids] = torch.arange(len(node_ids))
-    return index
-
-
 @dataclass(frozen=True)
 class NodeSplits:
-    """Global ids of this partition's train / val / test nodes, per node type."""
+    """Partition ids of this partition's train / val / test nodes, per node type."""
 
     train: dict[str, torch.Tensor]
     val: dict[str, torch.Tensor]
@@ -50,20 +44,22 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
     """
     import graphlearn_torch as glt  # imported here: GLT loads CUDA-linked libraries
 
+    from components.partition.glt_books import RangeBook
+
     meta = part.metadata
-    schema = meta.schema
-    hetero = schema.is_heterogeneous
-    counts = {t: n.count for t, n in schema.node_types.items()}
+    hetero = meta.schema.is_heterogeneous
 
     edge_index, edge_ids = {}, {}
     for name, tensors in part.edges.items():
         keep = edge_filter.get(name) if edge_filter else None
         edge_index[edge_type_tuple(name)] = tensors["edge_index"] if keep is None else tensors["edge_index"][:, keep]
         edge_ids[edge_type_tuple(name)] = tensors["edge_id"] if keep is None else tensors["edge_id"][keep]
-    node_pb = {t: b.to(torch.int64) for t, b in part.node_books.items()}
-    edge_pb = {edge_type_tuple(t): b.to(torch.int64) for t, b in part.edge_books.items()}
+    node_pb = {t: RangeBook(range_ends(c), part.index) for t, c in meta.node_counts.items()}
+    # Only edge features are looked up by edge id across partitions: types without them get no book.
+    edge_pb = {edge_type_tuple(t): RangeBook(range_ends(c), part.index) for t, c in meta.edge_counts.items()
+               if part.edges[t]["features"].shape[1]}
     features = {t: v["features"] for t, v in part.nodes.items()}
-    id2idx = {t: _id2idx(v["node_id"], counts[t]) for t, v in part.nodes.items()}
+    id2idx = {t: node_pb[t].id2index for t in part.nodes}
     # Labels are fetched like features (from their owner), which needs a 2-D (n, 1) tensor;
     # batches then carry y of shape (batch nodes, 1).
     labels = {t: v["label"].reshape(-1, 1) for t, v in part.nodes.items() if "label" in v}

@@ -20,7 +20,8 @@ from components.config import PartitionSpec
 from components.launcher import WorkerContext, launch_staged
 from components.partition.loading import load_graph
 from components.partition.partitioner import partition_graph, stored_edge_types
-from components.partition.store import METADATA_FILE, PartitionMetadata, write_books, write_partition
+from components.partition.original_ids import write_original_ids
+from components.partition.store import METADATA_FILE, PartitionMetadata, part_folder, write_partition
 from components.serialize.step import STEP as SERIALIZE_STEP
 from components.serialize.step import read_graph_metadata
 
@@ -51,19 +52,18 @@ def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage
     graph = load_graph(serialized, metadata, ctx.rank, ctx.world_size, parallel=job.options.load_in_parallel)
     dist.barrier()
     start = time.perf_counter()
-    part = partition_graph(graph, metadata, ctx.rank, ctx.world_size, by=job.options.edge_assignment, seed=job.options.seed)
+    part = partition_graph(graph, metadata, ctx.rank, ctx.world_size, job.options)
     del graph
     entries = write_partition(part, staging)
-    node_counts = {t: len(v["node_id"]) for t, v in part.nodes.items()}
-    edge_counts = {t: len(v["edge_id"]) for t, v in part.edges.items()}
-    log.info("rank %d: partition %d holds %s nodes and %s edges (%.1fs)", ctx.rank, ctx.rank, node_counts, edge_counts,
+    entries |= write_original_ids(serialized, metadata, part, staging, part_folder(ctx.rank))
+    log.info("rank %d: partition %d holds %s nodes and %s edges (%.1fs)", ctx.rank, ctx.rank,
+             {t: c[ctx.rank] for t, c in part.node_counts.items()}, {t: c[ctx.rank] for t, c in part.edge_counts.items()},
              time.perf_counter() - start)
     gathered: list = [None] * ctx.world_size
-    dist.all_gather_object(gathered, (entries, node_counts, edge_counts))
+    dist.all_gather_object(gathered, entries)
     if ctx.rank != 0:
         dist.barrier()
         return None
-    write_books(part, staging)
     for node in metadata.node_types.values():
         for rel in node.id_map_files:
             storage.copy_file(serialized.uri(rel), staging.uri(rel))
@@ -71,12 +71,14 @@ def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage
     summary = PartitionMetadata(
         num_partitions=ctx.world_size,
         edge_assignment=job.options.edge_assignment,
-        node_counts={t: [g[1][t] for g in gathered] for t in metadata.node_types},
-        edge_counts={t: [g[2][t] for g in gathered] for t in stored_edge_types(metadata)},
+        node_counts={t: part.node_counts[t] for t in metadata.node_types},
+        edge_counts={t: part.edge_counts[t] for t in stored_edge_types(metadata)},
         graph=json.loads(metadata.to_json()),
+        method=job.options.method,
+        edge_cut={t: part.cut_edges[t] / max(sum(part.edge_counts[t]), 1) for t in stored_edge_types(metadata)},
     )
     staging.write_bytes(METADATA_FILE, summary.to_json().encode())
-    for worker_entries, _, _ in gathered:
+    for worker_entries in gathered:
         staging.add_entries(worker_entries)
     dist.barrier()
     return dict(staging.entries)

@@ -2,25 +2,31 @@
 
 Layout under a partition output's generation folder::
 
-    part-00000/nodes/<type>.safetensors   node_id, features, label, split
-    part-00000/edges/<type>.safetensors   edge_index, edge_id, features, split
-    books/nodes/<type>.safetensors        partition (count,) int16
-    books/edges/<type>.safetensors        partition (stored edges,) int16; edge types with features only
-    id_maps/<type>/part-*.parquet         int id → original id (copied from serialize)
-    partition_metadata.json
+    part-00000/nodes/<type>.safetensors          node_id, source_id, features, label, split
+    part-00000/edges/<type>.safetensors          edge_index, edge_id, source_edge_id, features, split
+    part-00000/original_ids/<type>.parquet       node_id (partition id) → original_id
+    id_maps/<type>/part-*.parquet                source id → original id (copied from serialize)
+    partition_metadata.json                      rows per partition: the range partition books
+
+Ids inside a partition are partition ids (see :mod:`.books`): partition ``p`` owns
+``[sum(counts[:p]), sum(counts[:p+1]))`` of each node and stored edge type.
 """
 
 from __future__ import annotations
 
+import io
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
+import numpy as np
+import pyarrow.parquet as pq
 import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from components import storage
 from components.errors import GnnflowError
+from components.partition.books import range_offset
 from components.partition.partitioner import GraphPartition
 from components.schema import GraphSchema
 
@@ -29,6 +35,10 @@ METADATA_FILE = "partition_metadata.json"
 
 def part_folder(index: int) -> str:
     return f"part-{index:05d}"
+
+
+def original_ids_path(folder: str, node_type: str) -> str:
+    return f"{folder}/original_ids/{node_type}.parquet"
 
 
 def tensor_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
@@ -46,13 +56,6 @@ def write_partition(part: GraphPartition, staging: storage.OutputStaging) -> dic
     return {k: v for k, v in staging.entries.items() if k not in before}
 
 
-def write_books(part: GraphPartition, staging: storage.OutputStaging) -> None:
-    for name, book in part.node_books.items():
-        staging.write_bytes(f"books/nodes/{name}.safetensors", tensor_bytes({"partition": book}))
-    for name, book in part.edge_books.items():
-        staging.write_bytes(f"books/edges/{name}.safetensors", tensor_bytes({"partition": book}))
-
-
 @dataclass(frozen=True)
 class PartitionMetadata:
     """What every partition shares: counts per partition, how edges were assigned, the graph."""
@@ -62,6 +65,8 @@ class PartitionMetadata:
     node_counts: dict[str, list[int]]  # type → nodes per partition
     edge_counts: dict[str, list[int]]  # type → stored (directed) edges per partition
     graph: dict  # the serialize step's graph_metadata.json
+    method: str = "hash"  # how nodes were assigned to partitions
+    edge_cut: dict[str, float] = field(default_factory=dict)  # type → fraction of stored edges across partitions
 
     @property
     def schema(self) -> GraphSchema:
@@ -92,14 +97,19 @@ def read_tensors(partitions: storage.PublishedOutput, relative_path: str) -> dic
 
 @dataclass
 class StoredPartition:
-    """Partition ``index`` read back: the tensors of :class:`GraphPartition`, books included."""
+    """Partition ``index`` read back: the tensors of :class:`GraphPartition`."""
 
     index: int
     metadata: PartitionMetadata
     nodes: dict[str, dict[str, torch.Tensor]]
     edges: dict[str, dict[str, torch.Tensor]]
-    node_books: dict[str, torch.Tensor]
-    edge_books: dict[str, torch.Tensor]
+
+    def node_offset(self, node_type: str) -> int:
+        """Partition id of this partition's first node of ``node_type``."""
+        return range_offset(self.metadata.node_counts[node_type], self.index)
+
+    def edge_offset(self, edge_type: str) -> int:
+        return range_offset(self.metadata.edge_counts[edge_type], self.index)
 
 
 def read_partition(partitions: storage.PublishedOutput, index: int) -> StoredPartition:
@@ -108,12 +118,19 @@ def read_partition(partitions: storage.PublishedOutput, index: int) -> StoredPar
     if not 0 <= index < metadata.num_partitions:
         raise GnnflowError(f"{partitions.root} has {metadata.num_partitions} partitions, asked for partition {index}")
     folder = part_folder(index)
+    nodes = {t: read_tensors(partitions, f"{folder}/nodes/{t}.safetensors") for t in metadata.node_counts}
+    if any("source_id" not in v for v in nodes.values()):
+        raise GnnflowError(f"{partitions.root} was written by an older gnnflow (hash partition books, no range ids): re-run partition")
     return StoredPartition(
         index=index,
         metadata=metadata,
-        nodes={t: read_tensors(partitions, f"{folder}/nodes/{t}.safetensors") for t in metadata.node_counts},
+        nodes=nodes,
         edges={t: read_tensors(partitions, f"{folder}/edges/{t}.safetensors") for t in metadata.edge_counts},
-        node_books={t: read_tensors(partitions, f"books/nodes/{t}.safetensors")["partition"] for t in metadata.node_counts},
-        edge_books={t: read_tensors(partitions, f"books/edges/{t}.safetensors")["partition"] for t in metadata.edge_counts
-                    if f"books/edges/{t}.safetensors" in partitions.manifest.files},
     )
+
+
+def read_original_ids(partitions: storage.PublishedOutput, index: int, node_type: str) -> np.ndarray:
+    """(n,) original ids (str objects) of partition ``index``'s nodes of ``node_type``, in node order."""
+    rel = original_ids_path(part_folder(index), node_type)
+    table = pq.read_table(io.BytesIO(partitions.read_bytes(rel)), columns=["original_id"])
+    return np.asarray(table.column("original_id").to_numpy(zero_copy_only=False), dtype=object)

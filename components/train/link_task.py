@@ -20,10 +20,10 @@ from components.errors import GnnflowError
 from components.partition.store import StoredPartition
 from components.runlog import progress
 from components.schema import SPLIT_CODES, GraphSchema
-from components.train.metrics import all_gather_cat, all_sum, roc_auc
+from components.train.metrics import AUC_BINS, all_sum, histogram_auc, score_histogram
 from components.train.model import LinkPredictor, homogeneous_encoder
 from components.train.node_task import EpochResult
-from components.train.sampling import SamplingSetup, link_loader
+from components.train.sampling import RemoteCounter, SamplingSetup, link_loader
 
 
 def build_link_predictor(schema: GraphSchema, config: GnnflowConfig, edge_dir: str) -> LinkPredictor:
@@ -41,9 +41,9 @@ def training_edges(part: StoredPartition, target: str) -> dict[str, torch.Tensor
 
 
 def positive_pairs(part: StoredPartition, target: str, split: str, count: int) -> torch.Tensor:
-    """(2, m) global ids of this partition's ``split`` edges, each undirected edge once."""
+    """(2, m) partition ids of this partition's ``split`` edges, each undirected edge once."""
     edges = part.edges[target]
-    keep = (edges["split"] == SPLIT_CODES[split]) & (edges["edge_id"] < count)
+    keep = (edges["split"] == SPLIT_CODES[split]) & (edges["source_edge_id"] < count)
     return edges["edge_index"][:, keep]
 
 
@@ -53,6 +53,7 @@ class LinkTask:
     def __init__(self, setup: SamplingSetup, dataset, part: StoredPartition, config: GnnflowConfig) -> None:
         schema = part.metadata.schema
         count = schema.edge_types[schema.target].count
+        self.node_counts, self.rank = part.metadata.node_counts, part.index
         self.pairs = {name: positive_pairs(part, schema.target, name, count) for name in ("train", "val", "test")}
         # Every worker builds every loader, even over no pairs: building one is collective in GLT.
         self.loaders = {
@@ -65,8 +66,10 @@ class LinkTask:
         stats = [0.0, 0, 0]  # summed loss, batches, scored pairs
         bar = progress("train", unit="batch") if show_progress else None
         joined = model.join() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
+        remote = RemoteCounter(self.node_counts, self.rank)
         with joined:
             for batch in self.loaders["train"]:
+                remote.add(batch)
                 optimizer.zero_grad()
                 logits = model(batch.x, batch.edge_index, batch.edge_label_index)
                 loss = F.binary_cross_entropy_with_logits(logits, batch.edge_label.float())
@@ -80,18 +83,22 @@ class LinkTask:
         if bar is not None:
             bar.close()
         totals = all_sum(torch.tensor(stats, dtype=torch.float64))
-        return EpochResult(float(totals[0]) / max(float(totals[2]), 1.0), int(totals[1]), time.perf_counter() - start, {})
+        return EpochResult(float(totals[0]) / max(float(totals[2]), 1.0), int(totals[1]), time.perf_counter() - start, {},
+                           remote.fraction())
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
-        """ROC-AUC of ``split`` positives against as many sampled negatives, over every worker."""
+        """ROC-AUC of ``split`` positives against as many sampled negatives, over every worker
+        (from summed score histograms: constant memory whatever the number of pairs)."""
         model.eval()
-        scores, labels = [torch.zeros(0)], [torch.zeros(0)]
+        positive, negative = torch.zeros(AUC_BINS, dtype=torch.int64), torch.zeros(AUC_BINS, dtype=torch.int64)
         for batch in self.loaders[split]:
-            scores.append(model(batch.x, batch.edge_index, batch.edge_label_index))
-            labels.append(batch.edge_label.float())
-        all_scores, all_labels = all_gather_cat(torch.cat(scores)), all_gather_cat(torch.cat(labels))
-        return {"roc_auc": roc_auc(all_scores, all_labels), "count": int(all_labels.sum())}
+            scores = model(batch.x, batch.edge_index, batch.edge_label_index)
+            label = batch.edge_label.bool()
+            positive += score_histogram(scores[label])
+            negative += score_histogram(scores[~label])
+        positive, negative = all_sum(positive), all_sum(negative)
+        return {"roc_auc": histogram_auc(positive, negative), "count": int(positive.sum())}
 
     def shutdown(self) -> None:
         for loader in self.loaders.values():

@@ -44,29 +44,23 @@ def all_gather_cat(t: torch.Tensor) -> torch.Tensor:
     return torch.cat([g[: int(s.item())] for g, s in zip(gathered, sizes)])
 
 
-def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """Area under the ROC curve: the chance a positive outscores a negative (ties count half)."""
-    scores = scores.to(torch.float64)
-    pos, neg = int(labels.sum()), int((1 - labels).sum())
-    if pos == 0 or neg == 0:
+# Logit histograms summed over workers give ROC-AUC in constant memory per worker, whatever the
+# number of scored pairs: exact up to pairs whose logits fall in the same 0.001-wide bin
+# (counted half, as ties are), and logits beyond +-50 (sigmoid 1 or 0 in float32 anyway).
+AUC_BINS, AUC_LOGIT_RANGE = 100_000, 50.0
+
+
+def score_histogram(scores: torch.Tensor) -> torch.Tensor:
+    """(AUC_BINS,) int64 counts of the logits ``scores`` (m,) in equal bins over +-AUC_LOGIT_RANGE."""
+    scaled = (scores.detach().to(torch.float64) + AUC_LOGIT_RANGE) / (2 * AUC_LOGIT_RANGE) * AUC_BINS
+    return torch.bincount(scaled.floor().clamp(0, AUC_BINS - 1).to(torch.int64), minlength=AUC_BINS)
+
+
+def histogram_auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
+    """ROC-AUC from (AUC_BINS,) counts of positive and negative logits: the chance a positive
+    outscores a negative, pairs in the same bin counting half."""
+    pos, neg = positive.to(torch.float64), negative.to(torch.float64)
+    if pos.sum() == 0 or neg.sum() == 0:
         return float("nan")
-    order = torch.argsort(scores)
-    ranks = torch.empty_like(scores)
-    sorted_scores = scores[order]
-    # Average ranks over ties so equal scores split the credit.
-    _, inverse, counts = torch.unique_consecutive(sorted_scores, return_inverse=True, return_counts=True)
-    ends = torch.cumsum(counts, 0).to(torch.float64)
-    average = ends - (counts.to(torch.float64) - 1) / 2
-    ranks[order] = average[inverse]
-    return float((ranks[labels.bool()].sum() - pos * (pos + 1) / 2) / (pos * neg))
-
-
-def ranking_metrics(positive: torch.Tensor, negatives: torch.Tensor, ks: tuple[int, ...] = (10, 50)) -> dict[str, float]:
-    """positive: (m,) scores; negatives: (m, k) scores of sampled negatives for the same source.
-
-    The rank of a positive is 1 + the negatives scoring at least as high (pessimistic on ties).
-    """
-    if len(positive) == 0:
-        return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in ks}}
-    rank = 1 + (negatives >= positive[:, None]).sum(dim=1).to(torch.float64)
-    return {"mrr": float((1 / rank).mean()), **{f"hits@{k}": float((rank <= k).to(torch.float64).mean()) for k in ks}}
+    below = torch.cumsum(neg, 0) - neg  # negatives in lower bins
+    return float((pos * (below + neg / 2)).sum() / (pos.sum() * neg.sum()))

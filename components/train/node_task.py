@@ -20,7 +20,7 @@ from components.runlog import progress
 from components.schema import GraphSchema
 from components.train.metrics import all_sum, classification_metrics, confusion_matrix
 from components.train.model import HeteroSAGE, NodeClassifier, homogeneous_encoder
-from components.train.sampling import SamplingSetup, node_loader
+from components.train.sampling import RemoteCounter, SamplingSetup, node_loader
 
 
 def build_node_classifier(schema: GraphSchema, config: GnnflowConfig, edge_dir: str) -> NodeClassifier:
@@ -46,6 +46,7 @@ class EpochResult:
     batches: int
     seconds: float
     train: dict[str, float]
+    remote_fraction: float = 0.0  # sampled nodes owned by another partition, over every worker
 
 
 class NodeTask:
@@ -55,6 +56,7 @@ class NodeTask:
         schema = part.metadata.schema
         self.target = schema.target
         self.hetero = schema.is_heterogeneous
+        self.node_counts, self.rank = part.metadata.node_counts, part.index
         self.num_classes = schema.node_types[self.target].num_classes
         training = config.training
 
@@ -89,8 +91,9 @@ class NodeTask:
         # DDP's join lets a worker with fewer batches finish while the others still all-reduce.
         joined = model.join() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
         stats = [0.0, 0]  # summed loss, batches
+        remote = RemoteCounter(self.node_counts, self.rank)
         with joined:
-            self._train_batches(model, optimizer, confusion, bar, stats)
+            self._train_batches(model, optimizer, confusion, bar, stats, remote)
         total_loss, batches = stats
         if bar is not None:
             bar.close()
@@ -98,10 +101,12 @@ class NodeTask:
         totals = all_sum(torch.tensor([total_loss, batches], dtype=torch.float64))
         confusion = all_sum(confusion)
         count = int(confusion.sum())
-        return EpochResult(float(totals[0]) / max(count, 1), int(totals[1]), seconds, classification_metrics(confusion))
+        return EpochResult(float(totals[0]) / max(count, 1), int(totals[1]), seconds, classification_metrics(confusion),
+                           remote.fraction())
 
-    def _train_batches(self, model, optimizer, confusion, bar, stats: list) -> None:
+    def _train_batches(self, model, optimizer, confusion, bar, stats: list, remote: RemoteCounter) -> None:
         for batch in self.loaders["train"]:
+            remote.add(batch)
             x, edge_index, y, size = self._inputs(batch)
             optimizer.zero_grad()
             logits = model(x, edge_index)[:size]

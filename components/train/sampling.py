@@ -100,3 +100,32 @@ def link_loader(setup: SamplingSetup, dataset, edge_type: str | None, pairs: tor
             worker_options=setup.worker_options(),
         )
     return glt_compat.keep_with(loader, kept)
+
+
+class RemoteCounter:
+    """Counts the nodes of sampled batches and those owned by other partitions (whose features
+    were fetched over RPC): the locality a partitioning method buys, per epoch."""
+
+    def __init__(self, node_counts: dict[str, list[int]], rank: int) -> None:
+        from components.partition.books import range_ends
+
+        self.ends = {t: range_ends(c) for t, c in node_counts.items()}
+        self.rank = rank
+        self.sampled = self.remote = 0
+
+    def add(self, batch) -> None:
+        """Counts one GLT batch (a PyG Data or HeteroData of partition ids)."""
+        if hasattr(batch, "node_types"):
+            pairs = [(t, batch[t].node) for t in batch.node_types if "node" in batch[t]]
+        else:
+            pairs = [(next(iter(self.ends)), batch.node)]
+        for node_type, ids in pairs:
+            self.sampled += len(ids)
+            self.remote += int((torch.searchsorted(self.ends[node_type], ids, right=True) != self.rank).sum())
+
+    def fraction(self) -> float:
+        """Remote share of every worker's sampled nodes so far (collective)."""
+        totals = torch.tensor([self.sampled, self.remote], dtype=torch.int64)
+        if dist.is_initialized():
+            dist.all_reduce(totals)
+        return float(totals[1]) / max(int(totals[0]), 1)

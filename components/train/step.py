@@ -105,6 +105,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
             "epoch": epoch, "loss": round(result.loss, 6), **{f"train_{k}": v for k, v in result.train.items() if k != "count"},
             **{f"val_{k}": v for k, v in val.items() if k != "count"}, "seconds": round(seconds, 3),
             "batches_per_s": round(result.batches / seconds, 2) if seconds else 0.0,
+            "remote_fraction": round(result.remote_fraction, 4),
         }
         state.history.append(line)
         improved = val[metric] > state.best_metric
@@ -118,8 +119,9 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
         if ctx.rank == 0:
             checkpoint.save(state, output)
             train_part = f", train {metric} {result.train[metric]:.4f}" if metric in result.train else ""
-            log.info("epoch %d: loss %.4f%s, val %s %.4f%s (%.1fs, %d batches)", epoch, result.loss, train_part, metric,
-                     val[metric], " *" if improved else "", seconds, result.batches)
+            log.info("epoch %d/%d: loss %.4f%s, val %s %.4f%s in %.1fs (%d batches, sampled nodes remote %.1f%%)", epoch + 1,
+                     config.training.epochs, result.loss, train_part, metric, val[metric], " *" if improved else "", seconds,
+                     result.batches, 100 * result.remote_fraction)
         dist.barrier()  # nobody starts the next epoch before the checkpoint of this one exists
         if patience is not None and state.epochs_without_improvement >= patience:
             if ctx.rank == 0:

@@ -1,0 +1,156 @@
+"""Scale probe: every step of the pipeline as its own process on the demo generator's graph,
+for 2 and 4 workers: wall seconds, rows/s and peak RSS per worker.
+
+    .venv/bin/python benchmarks/scale_probe.py [--nodes 250000 1000000 4000000] [--workers 2 4]
+        [--methods hash label_propagation] [--out DIR]
+
+The graph: ``generate_demo_graph`` with average degree 10 (edges = 5 x nodes), 10 classes, 74
+features, 8 gzipped CSV files per table. Its split column labels 5% of the nodes for training
+and 1% each for validation and test (the rest take no part in the loss), so one training epoch
+stays short while every worker still loads, partitions and samples from the whole graph: the
+memory a worker needs is the graph's, not the seeds'. preprocess and serialize run once per size
+(``engine: local``; ``benchmarks/data_engines.py`` compares the engines); partition and train
+(1 epoch, batch 1024, fan-outs [10, 5]) once per worker count and partitioning method.
+
+Peak RSS is sampled every 0.2 s for every worker process the step's launcher starts: the
+worker alone and with its own children (loader subprocesses, GLT's sampling processes);
+reported as the largest over workers. ``remote`` is the fraction of sampled nodes whose
+features came from another partition during the epoch (from the train log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import psutil
+import yaml
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from benchmarks.data_engines import write_tables  # noqa: E402
+from components.starter_config import propose_config  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SPLIT_FRACTIONS = {"train": 0.05, "val": 0.01, "test": 0.01}
+
+
+def add_split(nodes_folder: pathlib.Path) -> None:
+    """Rewrites the node files with a ``split`` column drawn with SPLIT_FRACTIONS (seeded)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    for path in sorted(nodes_folder.glob("*.csv.gz")):
+        table = pd.read_csv(path)
+        draw = rng.random(len(table))
+        edges = np.cumsum(list(SPLIT_FRACTIONS.values()))
+        table["split"] = np.select([draw < e for e in edges], list(SPLIT_FRACTIONS), "none")
+        table.to_csv(path, index=False, compression={"method": "gzip", "mtime": 0})
+
+
+def run_step(command: list[str], log_file: pathlib.Path | None = None) -> dict:
+    """Runs one step as a process: wall seconds and peak RSS of the largest worker (alone and
+    with its children) and of the whole tree."""
+    start = time.perf_counter()
+    err = open(log_file, "w") if log_file else subprocess.PIPE
+    process = subprocess.Popen([sys.executable, "-m", *command], cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, text=True)
+    parent = psutil.Process(process.pid)
+    alone: dict[int, int] = {}
+    with_children: dict[int, int] = {}
+    tree = 0
+    while process.poll() is None:
+        try:
+            total = parent.memory_info().rss
+            for worker in parent.children():
+                if "resource_tracker" in " ".join(worker.cmdline()):
+                    continue
+                own = worker.memory_info().rss
+                below = sum(c.memory_info().rss for c in worker.children(recursive=True))
+                alone[worker.pid] = max(alone.get(worker.pid, 0), own)
+                with_children[worker.pid] = max(with_children.get(worker.pid, 0), own + below)
+                total += own + below
+            tree = max(tree, total)
+        except psutil.Error:
+            pass
+        time.sleep(0.2)
+    if process.returncode:
+        text = log_file.read_text() if log_file else process.communicate()[1]
+        raise SystemExit(f"{command[0]} failed:\n{text[-3000:]}")
+    if log_file:
+        err.close()
+    gib = 2**30
+    return {"seconds": time.perf_counter() - start, "worker_gib": max(alone.values(), default=0) / gib,
+            "worker_tree_gib": max(with_children.values(), default=0) / gib, "tree_gib": tree / gib}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[250_000])
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--methods", nargs="+", default=["hash"])
+    parser.add_argument("--skip-train", action="store_true")
+    parser.add_argument("--out", help="work folder (default: a temporary folder, deleted at the end)")
+    args = parser.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+          f"{time.strftime('%Y-%m-%d')}")
+    print("| nodes | step | workers | method | wall s | rows/s | worker peak alone / with children (GiB) | tree (GiB) | edge cut | epoch s | remote |")
+    print("|---:|---|---:|---|---:|---:|---|---:|---:|---:|---:|")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="gnnflow-probe-") as scratch:
+        work = pathlib.Path(args.out or scratch)
+        for count in args.nodes:
+            folder = work / f"n{count}"
+            nodes, edges, num_edges = write_tables(folder / "tables", count, 8)
+            add_split(nodes)
+            config = propose_config(str(nodes / "part-000.csv.gz"), str(edges / "part-000.csv.gz"), id_column="node_id",
+                                    src_column="src", dst_column="dst", label_column="label", output_root=str(folder / "run"))
+            raw = config.model_dump(mode="json")
+            raw["graph"]["nodes"][0]["uri"], raw["graph"]["edges"][0]["uri"] = str(nodes), str(edges)
+            raw["graph"]["nodes"][0]["split_column"] = "split"
+            raw["training"].update({"epochs": 1, "batch_size": 1024, "eval_batch_size": 4096, "fan_outs": [10, 5]})
+            rows = count + num_edges
+
+            def report(step: str, workers: int, method: str, measured: dict, extra: str = "| | |") -> None:
+                print(f"| {count:,} | {step} | {workers} | {method} | {measured['seconds']:.1f} | {rows / measured['seconds']:,.0f} | "
+                      f"{measured['worker_gib']:.2f} / {measured['worker_tree_gib']:.2f} | {measured['tree_gib']:.2f} {extra}", flush=True)
+                results.append({"nodes": count, "step": step, "workers": workers, "method": method, **measured})
+
+            path = folder / "config.yaml"
+            path.write_text(yaml.safe_dump(raw))
+            report("preprocess", 1, "local", run_step(["components.preprocess", "--config", str(path), "--output", str(folder / "pre")]))
+            report("serialize", 1, "local", run_step(["components.serialize", "--config", str(path), "--input", str(folder / "pre"),
+                                                      "--output", str(folder / "tfr")]))
+            for method in args.methods:
+                for workers in args.workers:
+                    raw["partition"]["method"] = method
+                    raw["resources"]["world_size"] = workers
+                    path.write_text(yaml.safe_dump(raw))
+                    parts = folder / f"parts-{method}-{workers}"
+                    measured = run_step(["components.partition", "--config", str(path), "--input", str(folder / "tfr"),
+                                         "--output", str(parts), "--world-size", str(workers)])
+                    cut = json.loads((next(parts.glob("gen-*/partition_metadata.json"))).read_text())["edge_cut"]
+                    report("partition", workers, method, measured, f"| {next(iter(cut.values())):.3f} | |")
+                    if args.skip_train:
+                        continue
+                    log = folder / f"train-{method}-{workers}.log"
+                    measured = run_step(["components.train", "--config", str(path), "--input", str(parts),
+                                         "--output", str(folder / f"model-{method}-{workers}"), "--world-size", str(workers)], log)
+                    text = log.read_text()
+                    epoch = re.findall(r"epoch 1/1: .*? in ([\d.]+)s", text)
+                    remote = re.findall(r"remote ([\d.]+)%", text)
+                    report("train", workers, method, measured,
+                           f"| | {epoch[-1] if epoch else '?'} | {remote[-1] + '%' if remote else '?'} |")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Point-to-point data movement between workers over torch.distributed, O(own rows) per worker.
+
+Two patterns cover everything the steps move: :func:`exchange` sends rows to the worker that
+should hold them, and :func:`request` asks the worker that knows something about a key for the
+answer (a lookup in someone else's table) and brings the answers back in the asker's order.
+Neither ever materializes anything the size of the whole graph on one worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+def _wire(tensor: torch.Tensor) -> torch.Tensor:
+    """A 2-D, gloo-transportable view of ``tensor`` (gloo moves neither int8 nor bool)."""
+    flat = tensor.reshape(len(tensor), int(np.prod(tensor.shape[1:], dtype=np.int64)))
+    return flat.to(torch.int32) if flat.dtype in (torch.int8, torch.bool, torch.uint8) else flat
+
+
+def _all_to_all(tensor: torch.Tensor, send_sizes: list[int], recv_sizes: list[int]) -> torch.Tensor:
+    """Rows of ``tensor`` (grouped by destination, ``send_sizes`` each) → rows received, grouped by sender."""
+    if len(send_sizes) == 1:
+        return tensor
+    wire = _wire(tensor).contiguous()
+    received = torch.empty((sum(recv_sizes), wire.shape[1]), dtype=wire.dtype)
+    dist.all_to_all_single(received, wire, recv_sizes, send_sizes)
+    return received.to(tensor.dtype).reshape((sum(recv_sizes), *tensor.shape[1:]))
+
+
+def _sizes(destination: torch.Tensor, world_size: int) -> tuple[list[int], list[int]]:
+    send = torch.bincount(destination, minlength=world_size)
+    if world_size == 1:  # nothing to tell anyone (and no process group needed)
+        return send.tolist(), send.tolist()
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send)
+    return send.tolist(), recv.tolist()
+
+
+def exchange(rows: Mapping[str, torch.Tensor], destination: torch.Tensor, world_size: int) -> dict[str, torch.Tensor]:
+    """Sends row ``i`` of every tensor to worker ``destination[i]``; returns the rows this worker got.
+
+    All tensors share their first dimension; received rows come grouped by sender rank, each
+    sender's rows in their original order (so the result is deterministic).
+    """
+    order = torch.argsort(destination, stable=True)
+    send_sizes, recv_sizes = _sizes(destination, world_size)
+    return {key: _all_to_all(tensor[order], send_sizes, recv_sizes) for key, tensor in rows.items()}
+
+
+def request(keys: torch.Tensor, destination: torch.Tensor, world_size: int,
+            answer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Answers for ``keys`` (k,), each computed by worker ``destination[i]``; collective.
+
+    Every worker receives the keys addressed to it and calls ``answer`` on them (a (r,) key
+    tensor → (r, ...) answers, in the same order); the answers travel back and are returned in
+    the order of ``keys``, shape (k, ...).
+    """
+    order = torch.argsort(destination, stable=True)
+    send_sizes, recv_sizes = _sizes(destination, world_size)
+    asked = _all_to_all(keys[order], send_sizes, recv_sizes)
+    answers = answer(asked)
+    replies = _all_to_all(answers, recv_sizes, send_sizes)
+    out = torch.empty_like(replies)
+    out[order] = replies
+    return out
+
+
+def all_sum_int(value: int) -> int:
+    """``value`` summed over every worker (``value`` itself without a process group)."""
+    if not dist.is_initialized():
+        return value
+    t = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(t)
+    return int(t.item())
+
+
+def all_max_int(value: int) -> int:
+    """The largest ``value`` of any worker."""
+    if not dist.is_initialized():
+        return value
+    t = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def all_gather_int(value: int, world_size: int) -> list[int]:
+    """Every worker's ``value``, in rank order."""
+    if world_size == 1:
+        return [value]
+    out = [torch.zeros(1, dtype=torch.int64) for _ in range(world_size)]
+    dist.all_gather(out, torch.tensor([value], dtype=torch.int64))
+    return [int(t.item()) for t in out]
