@@ -110,9 +110,9 @@ def main() -> None:
         for count in args.nodes:
             folder = work / f"n{count}"
             nodes, edges, num_edges = write_tables(folder / "tables", count, 8)
-            add_split(nodes)
             config = propose_config(str(nodes / "part-000.csv.gz"), str(edges / "part-000.csv.gz"), id_column="node_id",
                                     src_column="src", dst_column="dst", label_column="label", output_root=str(folder / "run"))
+            add_split(nodes)  # after proposing: the split column is no feature
             raw = config.model_dump(mode="json")
             raw["graph"]["nodes"][0]["uri"], raw["graph"]["edges"][0]["uri"] = str(nodes), str(edges)
             raw["graph"]["nodes"][0]["split_column"] = "split"

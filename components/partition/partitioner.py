@@ -56,13 +56,16 @@ def _check_range(ids: torch.Tensor, count: int, what: str) -> None:
 
 
 def partition_nodes(graph: LoadedGraph, metadata: GraphSchema, owners: dict[str, torch.Tensor], part: GraphPartition) -> None:
-    """Moves every loaded node to ``owners[type]`` (aligned with the loaded rows) and renumbers."""
+    """Moves every loaded node to ``owners[type]`` (aligned with the loaded rows) and renumbers;
+    takes each type out of ``graph`` as it goes, so a worker never holds its rows twice over."""
     world_size = part.num_partitions
     for name, node in metadata.node_types.items():
-        loaded = graph.nodes[name]
-        mine = exchange(loaded, owners[name], world_size)
+        loaded = graph.nodes.pop(name)  # the worker keeps one copy of its rows at a time, not two
+        mine = exchange(loaded, owners.pop(name), world_size)
+        del loaded
         order = torch.argsort(mine["node_id"])
-        mine = {k: v[order] for k, v in mine.items()}
+        for key in mine:
+            mine[key] = mine[key][order]
         unique = int(torch.unique_consecutive(mine["node_id"]).numel()) if len(order) else 0
         if all_sum_int(len(order) - unique):
             raise GnnflowError(f"node type '{name}': the shards hold some node ids more than once")
@@ -114,12 +117,14 @@ def check_edges(graph: LoadedGraph, metadata: GraphSchema) -> None:
 
 
 def partition_edges(graph: LoadedGraph, metadata: GraphSchema, by: str, part: GraphPartition) -> None:
+    """Renumbers, places and stores every loaded edge (taken out of ``graph`` type by type)."""
     for name, edge in metadata.edge_types.items():
-        loaded = graph.edges[name]
+        loaded = graph.edges.pop(name)
         src = part.directories[edge.src_type].lookup(loaded["src"])
         dst = part.directories[edge.dst_type].lookup(loaded["dst"])
         eid = loaded["edge_id"]
         rows = {"features": loaded["features"], "split": loaded["split"]}
+        del loaded
         if edge.undirected and edge.src_type == edge.dst_type:
             src, dst = torch.cat([src, dst]), torch.cat([dst, src])
             eid = torch.cat([eid, eid + edge.count])

@@ -75,6 +75,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
     glt.distributed.init_rpc(master_addr=ctx.master_addr, master_port=ctx.rpc_port, num_rpc_threads=RPC_THREADS, rpc_timeout=300)
     setup = SamplingSetup(ctx, config.training, edge_dir)
     task = LinkTask(setup, dataset, part, config) if link else NodeTask(setup, dataset, part, node_splits(part), config)
+    part.edges.clear()  # GLT holds its own adjacency now: keep one copy of the partition's topology, not two
     _seed_everything(config.training.seed)
     model = (build_link_predictor if link else build_node_classifier)(schema, config, edge_dir)
     ddp = DistributedDataParallel(model, find_unused_parameters=schema.is_heterogeneous)
