@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
 from components.errors import GnnflowError
+from components.launcher import VERBOSE_ENV
 from components.runlog import configure
 
 
 def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None) -> int:
-    """Runs ``main``; a :class:`GnnflowError` becomes one line on stderr and exit code 2."""
+    """Runs ``main``; a :class:`GnnflowError` becomes one line on stderr and exit code 2.
+
+    ``--verbose`` (any step) is taken out of the arguments here: it makes workers log the
+    traceback of expected errors too (by default only unexpected ones carry a traceback).
+    """
     configure()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if "--verbose" in arguments:
+        arguments.remove("--verbose")
+        os.environ[VERBOSE_ENV] = "1"  # the workers inherit it
     try:
-        main(argv)
+        main(arguments)
     except GnnflowError as exc:
         logging.getLogger("gnnflow").error("%s", exc)
         print(f"error: {exc}", file=sys.stderr)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
+from components import worker_resources
 from components.errors import GnnflowError
 
 if TYPE_CHECKING:
@@ -42,7 +43,9 @@ R = TypeVar("R")
 
 _KILL_GRACE_S = 3.0  # SIGTERM → SIGKILL; short, because a peer's death is never undone
 _EXIT_GRACE_S = 30.0  # how long a worker that returned its result may take to exit
+VERBOSE_ENV = "GNNFLOW_VERBOSE"  # set (by --verbose) to log the traceback of every worker error
 _POLL_S = 1.0  # how often the launcher records descendants and checks deadlines
+WORKER_MALLOC_ARENAS = "2"  # glibc arenas per worker, unless the environment sets MALLOC_ARENA_MAX itself
 _PR_SET_PDEATHSIG = 1
 _IPC_RMID = 0
 
@@ -136,6 +139,11 @@ def _integer(text: str, name: str, low: int, high: int | None = None) -> int:
     if value < low or (high is not None and value > high):
         raise GnnflowError(f"{name}={value} is not in [{low}, {'inf' if high is None else high}]")
     return value
+
+
+def verbose() -> bool:
+    """Whether a worker's expected errors (GnnflowError) are logged with their traceback too."""
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
 
 
 def launch(
@@ -239,6 +247,7 @@ class _Launch:
         self.contexts, self.payload, self.start_timeout_s = contexts, payload, start_timeout_s
         self.workers: list[_Worker] = []
         self.known: dict[int, float] = {}  # pid → start time of every process seen in the workers' trees
+        self.resources: set[worker_resources.Resource] = set()  # semaphores etc. the workers registered
         self.shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
     def run(self) -> list[Any]:
@@ -262,6 +271,10 @@ class _Launch:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def _start(self) -> None:
+        # glibc gives every thread that allocates its own arena and keeps freed memory in it; a
+        # worker runs dozens of threads (GLT RPC, gloo, sampling), which left about 10% of a
+        # trainer's peak RSS as idle arenas (benchmarks/RESULTS.md). Spawned workers read it at start.
+        os.environ.setdefault("MALLOC_ARENA_MAX", WORKER_MALLOC_ARENAS)
         spawn = multiprocessing.get_context("spawn")
         for context in self.contexts:
             reader, writer = spawn.Pipe(duplex=False)
@@ -328,12 +341,15 @@ class _Launch:
                 if kind == "started":
                     worker.started = True
                     logger.info("worker rank %d started (pid %d) after %.1f s", rank, body[0], elapsed)
+                elif kind == "resource":
+                    worker_resources.follow(self.resources, *body)
                 elif kind == "result":
                     worker.has_result, worker.result = True, body[0]
                     logger.info("worker rank %d finished after %.1f s", rank, elapsed)
                 else:
                     at, summary, worker_traceback = body
-                    logger.error("worker rank %d failed after %.1f s:\n%s", rank, elapsed, worker_traceback)
+                    logger.error("worker rank %d failed after %.1f s:%s", rank, elapsed,
+                                 f"\n{worker_traceback}" if worker_traceback else f" {summary}")
                     worker.failed = True
                     errors.append((1, at, rank, WorkerFailed(rank, summary, worker_traceback)))
         except (EOFError, OSError):
@@ -359,6 +375,8 @@ class _Launch:
             self._kill([], signal.SIGKILL)
             time.sleep(0.05)
         _release_shared_memory(set(self.known), self.shm_before)
+        worker_resources.release(self.resources)
+        self.resources = set()
 
     def _record(self, roots: list[int]) -> None:
         """Remembers the roots' descendants: the process groups miss those that left them."""
@@ -420,17 +438,26 @@ def _worker_main(payload: bytes, context: WorkerContext, writer: Connection, lau
     # For libraries that read torch's variables (counting processes here, not replicas).
     os.environ.update(MASTER_ADDR=context.master_addr, MASTER_PORT=str(context.master_port), RANK=str(context.rank))
     os.environ.update(WORLD_SIZE=str(context.world_size), LOCAL_RANK=str(context.local_rank))
-    writer.send(("started", os.getpid()))
+    lock = threading.Lock()  # resource registrations may come from any thread of the worker
+
+    def send(message: tuple) -> None:
+        with lock:
+            writer.send(message)
+
+    send(("started", os.getpid()))
+    worker_resources.report_registrations(send)
     from components.runlog import configure
 
     configure(prefix=f"[rank {context.rank}] ")
     try:
         worker, args = pickle.loads(payload)
-        writer.send(("result", worker(context, *args)))
+        result = worker(context, *args)
+        send(("result", result))
     except BaseException as error:  # SystemExit and KeyboardInterrupt are failures too
-        summary = (str(error) if isinstance(error, GnnflowError)  # already says what and where
-                   else traceback.format_exception_only(type(error), error)[-1].strip())
-        writer.send(("error", time.time(), summary, traceback.format_exc()))
+        expected = isinstance(error, GnnflowError)  # bad input: the message already says what and where
+        summary = str(error) if expected else traceback.format_exception_only(type(error), error)[-1].strip()
+        details = None if expected and not verbose() else traceback.format_exc()
+        send(("error", time.time(), summary, details))
         sys.stdout.flush()
         sys.stderr.flush()
         # No interpreter teardown: atexit hooks such as RPC shutdown wait for the peers that

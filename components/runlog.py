@@ -40,8 +40,42 @@ def configure(level: int = logging.INFO, prefix: str = "") -> None:
     root.setLevel(level)
 
 
-def progress(description: str, unit: str = "rows", total: int | None = None) -> tqdm:
-    """A progress bar on stderr that stays quiet when stderr is not a terminal and the job is short."""
+PROGRESS_LOG_INTERVAL_S = 30.0  # without a terminal: one log line per this many seconds of work
+
+
+class LoggedProgress:
+    """What :func:`progress` gives when stderr is no terminal (a pipeline task, a CI log):
+    no bar redrawn with carriage returns, but a log line every ``interval_s`` seconds with the
+    count, the rate and, given a total, the share done. Same interface as the tqdm bar used."""
+
+    def __init__(self, description: str, unit: str, total: int | None, interval_s: float = PROGRESS_LOG_INTERVAL_S) -> None:
+        self.description, self.unit, self.total, self.interval_s = description, unit, total, interval_s
+        self.n = 0
+        self.start = self.last = time.monotonic()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self.last >= self.interval_s:
+            self.last = now
+            share = f" ({100 * self.n / self.total:.0f}% of {self.total:,})" if self.total else ""
+            logging.getLogger("gnnflow.progress").info("%s: %s %s%s, %s", self.description, f"{self.n:,}", self.unit, share,
+                                                       rate(self.n, now - self.start))
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "LoggedProgress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def progress(description: str, unit: str = "rows", total: int | None = None) -> tqdm | LoggedProgress:
+    """A progress bar on stderr when it is a terminal; otherwise periodic log lines."""
+    if not sys.stderr.isatty():
+        return LoggedProgress(description, unit, total)
     return tqdm(desc=description, unit=unit, unit_scale=True, total=total, file=sys.stderr, mininterval=1.0, leave=False)
 
 

@@ -203,6 +203,25 @@ def test_corrupt_shard(tmp_path, citeseer_tfrecords):
     assert not (tmp_path / "parts" / "manifest.json").exists()
 
 
+def test_a_worker_data_error_is_one_line_and_leaks_nothing(tmp_path, citeseer_tfrecords):
+    tfr = copy_of(citeseer_tfrecords, tmp_path)
+    shard = next(tfr.glob("gen-*/nodes/paper/shard-00001-of-00004.tfrecord"))
+    data = bytearray(shard.read_bytes())
+    data[5000] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    (tmp_path / "c.yaml").write_text("graph: {nodes: [{uri: x.csv, label_column: y}], edges: [{uri: e.csv}]}\n")
+    command = [sys.executable, "-m", "components.partition", "--input", str(tfr), "--output", str(tmp_path / "parts"),
+               "--world-size", "2", "--config", str(tmp_path / "c.yaml")]
+    env = os.environ | {"PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
+    quiet = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert quiet.returncode == 2
+    assert f"error: worker rank 0 failed: loading node type 'paper' failed in its subprocess: {shard}: corrupt" in quiet.stderr
+    assert "Traceback" not in quiet.stderr, "an expected data error carries no traceback"
+    assert "leaked" not in quiet.stderr, quiet.stderr[-2000:]
+    verbose = subprocess.run(command + ["--verbose"], capture_output=True, text=True, timeout=300, env=env)
+    assert verbose.returncode == 2 and "Traceback" in verbose.stderr and "leaked" not in verbose.stderr
+
+
 def test_metadata_that_disagrees_with_the_shards(tmp_path, citeseer_tfrecords):
     tfr = copy_of(citeseer_tfrecords, tmp_path)
     path = next(tfr.glob("gen-*/graph_metadata.json"))
