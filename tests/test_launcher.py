@@ -77,13 +77,12 @@ def test_a_failed_worker_stops_the_step_and_leaves_nothing_behind(
     failure: str, expected: list[str], tmp_path: Path
 ) -> None:
     shm_before = set(os.listdir("/dev/shm"))
-    started = time.monotonic()
 
     with pytest.raises(WorkerFailed) as raised:
         launch(fail_or_wait, (failure, str(tmp_path)), world_size=2, environ=LOCAL)
 
-    elapsed = time.monotonic() - started
-    assert elapsed < 60
+    # Stopped by the failure itself, not by rank 0's collective timing out waiting for it.
+    assert "timed out" not in str(raised.value).lower()
     for text in expected:
         assert text in str(raised.value)
     assert raised.value.rank == 1

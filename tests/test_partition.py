@@ -191,12 +191,18 @@ def test_missing_shard(tmp_path, citeseer_tfrecords):
     assert not list((tmp_path / "parts").glob("gen-*")), "the failed run's staged files are removed"
 
 
-def test_corrupt_shard(tmp_path, citeseer_tfrecords):
-    tfr = copy_of(citeseer_tfrecords, tmp_path)
+def corrupt_copy(serialized: storage.PublishedOutput, tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A copy of ``serialized`` with one byte of a node shard flipped: (its root, the shard)."""
+    tfr = copy_of(serialized, tmp_path)
     shard = next(tfr.glob("gen-*/nodes/paper/shard-00001-of-00004.tfrecord"))
     data = bytearray(shard.read_bytes())
     data[5000] ^= 0xFF
     shard.write_bytes(bytes(data))
+    return tfr, shard
+
+
+def test_corrupt_shard(tmp_path, citeseer_tfrecords):
+    tfr, shard = corrupt_copy(citeseer_tfrecords, tmp_path)
     with pytest.raises(GnnflowError) as error:
         partition(tfr, tmp_path / "parts", PartitionSpec(), world_size=2)
     assert str(shard) in str(error.value) and "corrupt" in str(error.value)
@@ -204,11 +210,7 @@ def test_corrupt_shard(tmp_path, citeseer_tfrecords):
 
 
 def test_a_worker_data_error_is_one_line_and_leaks_nothing(tmp_path, citeseer_tfrecords):
-    tfr = copy_of(citeseer_tfrecords, tmp_path)
-    shard = next(tfr.glob("gen-*/nodes/paper/shard-00001-of-00004.tfrecord"))
-    data = bytearray(shard.read_bytes())
-    data[5000] ^= 0xFF
-    shard.write_bytes(bytes(data))
+    tfr, shard = corrupt_copy(citeseer_tfrecords, tmp_path)
     (tmp_path / "c.yaml").write_text("graph: {nodes: [{uri: x.csv, label_column: y}], edges: [{uri: e.csv}]}\n")
     command = [sys.executable, "-m", "components.partition", "--input", str(tfr), "--output", str(tmp_path / "parts"),
                "--world-size", "2", "--config", str(tmp_path / "c.yaml")]
@@ -246,11 +248,10 @@ def test_killed_worker_fails_the_step_fast_and_a_rerun_succeeds(tmp_path, citese
         victim = workers[-1] if len(workers) == 2 else None
         time.sleep(0.2)
     assert victim is not None, "workers never started loading"
-    killed_at = time.monotonic()
     victim.send_signal(signal.SIGKILL)
     _, stderr = proc.communicate(timeout=90)
     assert proc.returncode != 0
-    assert time.monotonic() - killed_at < 60
+    assert "timed out" not in stderr.lower(), "stopped by the death itself, not by a peer's timeout"
     assert "rank" in stderr and "SIGKILL" in stderr
     assert not (tmp_path / "parts" / "manifest.json").exists()
     assert not psutil.pid_exists(victim.pid) or psutil.Process(victim.pid).status() == psutil.STATUS_ZOMBIE

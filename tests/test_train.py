@@ -143,10 +143,10 @@ def test_killed_worker_fails_fast_and_the_rerun_resumes(tmp_path, citeseer_parti
     workers = psutil.Process(proc.pid).children()
     victim = [w for w in workers if "resource_tracker" not in " ".join(w.cmdline())][-1]
     victim.send_signal(signal.SIGKILL)
-    killed_at = time.monotonic()
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode != 0 and time.monotonic() - killed_at < 60
+    assert proc.returncode != 0
     assert "worker rank" in stderr and "SIGKILL" in stderr
+    assert "timed out" not in stderr.lower(), "stopped by the death itself, not by a peer's timeout"
     assert not (tmp_path / "model" / "manifest.json").exists()
 
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
