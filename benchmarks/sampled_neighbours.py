@@ -53,7 +53,7 @@ def compare_worker(ctx, partitions_uri: str, config, graph_path: str) -> dict:
     part = read_partition(storage.open_published(partitions_uri, step=STEP), ctx.rank)
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     glt.distributed.init_worker_group(world_size=1, rank=0, group_name="gnnflow-bench")
-    glt.distributed.init_rpc(master_addr=ctx.master_addr, master_port=ctx.rpc_port, num_rpc_threads=RPC_THREADS, rpc_timeout=300)
+    ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=300)
     task = NodeTask(SamplingSetup(ctx, config.training, edge_dir), to_dist_dataset(part), part, node_splits(part), config)
     batch = next(iter(task.loaders["train"]))
     graph = torch.load(graph_path, weights_only=True)

@@ -17,7 +17,6 @@ import os
 import pickle
 import re
 import signal
-import socket
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ import psutil
 
 from components import worker_resources
 from components.errors import GnnflowError
+from components.rendezvous import host_stores, joining_hosted_store
 
 if TYPE_CHECKING:
     from components.storage import OutputStaging
@@ -70,15 +70,25 @@ class WorkerContext:
     local_rank: int
     local_world_size: int
     master_addr: str
-    master_port: int  # torch.distributed rendezvous (the TCPStore that rank 0 hosts)
-    rpc_port: int  # GLT: glt.distributed.init_rpc(master_addr, rpc_port, ...)
+    master_port: int  # torch.distributed rendezvous (a TCPStore: the launcher's locally, rank 0's on a cluster)
+    rpc_port: int  # GLT's RPC rendezvous, likewise
+    stores_hosted: bool = False  # the launcher hosts both stores (see components.rendezvous)
 
     def init_process_group(self, timeout_s: float = 300) -> None:
         """Joins the gloo process group of all workers (blocks until every rank has joined)."""
         import torch.distributed as dist
 
         address, timeout = f"tcp://{self.master_addr}:{self.master_port}", timedelta(seconds=timeout_s)
-        dist.init_process_group("gloo", init_method=address, rank=self.rank, world_size=self.world_size, timeout=timeout)
+        with joining_hosted_store(self.stores_hosted):
+            dist.init_process_group("gloo", init_method=address, rank=self.rank, world_size=self.world_size, timeout=timeout)
+
+    def init_rpc(self, num_rpc_threads: int, rpc_timeout: float) -> None:
+        """Joins GLT's RPC (after ``glt.distributed.init_worker_group``)."""
+        import graphlearn_torch as glt
+
+        with joining_hosted_store(self.stores_hosted):
+            glt.distributed.init_rpc(master_addr=self.master_addr, master_port=self.rpc_port, num_rpc_threads=num_rpc_threads,
+                                     rpc_timeout=rpc_timeout)
 
 
 @dataclass(frozen=True)
@@ -167,8 +177,10 @@ def launch(
     if world_size < 1:
         raise GnnflowError(f"world_size must be at least 1, got {world_size}")
     cluster = cluster_from_environment(environ)
+    stores = []  # referenced until the workers are done: the launcher hosts them locally
     if cluster is None:
-        cluster, per_replica = ClusterSpec(1, 0, "127.0.0.1", *_free_ports(2)), world_size
+        stores = host_stores(2)
+        cluster, per_replica = ClusterSpec(1, 0, "127.0.0.1", stores[0].port, stores[1].port), world_size
     else:
         per_replica = processes_per_replica or world_size // cluster.num_replicas
         if per_replica < 1 or per_replica * cluster.num_replicas != world_size:
@@ -176,10 +188,14 @@ def launch(
             raise GnnflowError(f"world_size {world_size} does not match {cluster.num_replicas} replicas x {per} processes per replica")
     addresses = (cluster.master_addr, cluster.master_port, cluster.rpc_port)
     first = cluster.replica_rank * per_replica
-    contexts = [WorkerContext(first + local, world_size, local, per_replica, *addresses) for local in range(per_replica)]
+    contexts = [WorkerContext(first + local, world_size, local, per_replica, *addresses, stores_hosted=bool(stores))
+                for local in range(per_replica)]
     logger.info("starting ranks %d-%d of %d; rendezvous %s:%d, RPC port %d", first, contexts[-1].rank, world_size, *addresses)
     # Pickled here, so that a worker the child cannot import fails in its error reporting, not its bootstrap.
-    return _Launch(contexts, pickle.dumps((worker, args)), start_timeout_s).run()
+    try:
+        return _Launch(contexts, pickle.dumps((worker, args)), start_timeout_s).run()
+    finally:
+        stores.clear()  # the servers stop with their last reference (a raised error's traceback keeps this frame)
 
 
 def launch_staged(
@@ -201,15 +217,6 @@ def launch_staged(
             staging.abort()
         raise
     return results[0] if publishes else None
-
-
-def _free_ports(count: int) -> list[int]:
-    """Distinct loopback ports free now; one taken before the workers bind it fails them loudly."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
 
 
 @dataclass

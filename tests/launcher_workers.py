@@ -10,7 +10,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,8 +41,7 @@ def fail_or_wait(context: WorkerContext, failure: str, record: str) -> None:
     """Rank 1 fails as `failure` says ("raise", "exit" or "sigkill"); the others block in a
     barrier that never completes.
 
-    Before that, rank 0 holds the RPC port open (as GLT's RPC master would) and every rank
-    starts a grandchild, a SysV shared-memory segment (as GLT's queues) and a /dev/shm file
+    Before that, every rank starts a grandchild, a SysV shared-memory segment (as GLT's queues) and a /dev/shm file
     (torch's file_system sharing), and records their ids in `record` for the test to check
     that the launcher cleaned them up.
     """
@@ -52,9 +50,6 @@ def fail_or_wait(context: WorkerContext, failure: str, record: str) -> None:
     import torch.multiprocessing
 
     context.init_process_group(timeout_s=120)
-    listener = None
-    if context.rank == 0:
-        listener = socket.create_server(("127.0.0.1", context.rpc_port))
     grandchild = subprocess.Popen(["sleep", "300"])
     libc = ctypes.CDLL(None, use_errno=True)
     shmid = libc.shmget(0, 1 << 20, 0o600 | 0o1000)  # IPC_PRIVATE, IPC_CREAT
@@ -77,7 +72,7 @@ def fail_or_wait(context: WorkerContext, failure: str, record: str) -> None:
         if failure == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()
-    del listener, shared
+    del shared
 
 
 def wait_forever(context: WorkerContext, record: str) -> None:
@@ -96,7 +91,7 @@ def glt_rpc_round(context: WorkerContext, fail: bool) -> list[int]:
     import graphlearn_torch as glt
 
     glt.distributed.init_worker_group(world_size=context.world_size, rank=context.rank, group_name="launcher-test")
-    glt.distributed.init_rpc(master_addr=context.master_addr, master_port=context.rpc_port, num_rpc_threads=2, rpc_timeout=60)
+    context.init_rpc(num_rpc_threads=2, rpc_timeout=60)
     context.init_process_group(timeout_s=60)
     ranks = sorted(glt.distributed.all_gather(context.rank).values())
     if fail and context.rank == 1:

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -194,7 +195,6 @@ def test_sigterm_while_waiting_cancels_the_job(vertex):
 def test_the_replicas_the_job_describes_run_the_step_together(tmp_path, gcs_bucket):
     """Each pool's container command, run as Vertex AI would (one process per replica, CLUSTER_SPEC
     naming its place), partitions a graph on gs:// (the emulator): the chief publishes."""
-    from components.launcher import _free_ports
     from components.preprocess.step import preprocess
     from components.serialize.step import serialize
     from tests.tiny_graph import write_tiny_graph
@@ -209,7 +209,7 @@ def test_the_replicas_the_job_describes_run_the_step_together(tmp_path, gcs_buck
     pools = worker_pool_specs(job, config)
     assert [pool["replica_count"] for pool in pools] == [1, 1]
 
-    master, _ = _free_ports(2)  # the RPC port is the master's + 1, as on Vertex AI
+    master = _free_port()  # the RPC port is the master's + 1, as on Vertex AI
     cluster = {"workerpool0": [f"127.0.0.1:{master}"], "workerpool1": ["127.0.0.1:1"]}
     replicas = []
     for index, pool in enumerate(pools):
@@ -223,3 +223,10 @@ def test_the_replicas_the_job_describes_run_the_step_together(tmp_path, gcs_buck
     published = storage.open_published(output, step="partition")
     assert published.manifest.counts["partitions"] == 2
     assert published.manifest.counts["nodes.item"] == 5
+
+
+def _free_port() -> int:
+    """A loopback port free now (the replicas here are started by the test, as a platform would)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -97,7 +97,7 @@ def _sampled(ctx: WorkerContext, job: InferJob, part: StoredPartition, model: Re
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     dataset = to_dist_dataset(_labelled_everywhere(part), edge_filter=message_edges(part))
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-infer")
-    glt.distributed.init_rpc(master_addr=ctx.master_addr, master_port=ctx.rpc_port, num_rpc_threads=RPC_THREADS, rpc_timeout=300)
+    ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=300)
     outputs = sampled_outputs(SamplingSetup(ctx, job.config.training, edge_dir), dataset, part, model, job.config.training.eval_batch_size)
     glt.distributed.barrier()  # peers may still sample from this partition
     glt.distributed.shutdown_rpc()

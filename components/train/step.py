@@ -72,7 +72,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
     link = schema.task_type == "link_prediction"
     dataset = to_dist_dataset(part, edge_filter=training_edges(part, schema.target) if link else None)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-train")
-    glt.distributed.init_rpc(master_addr=ctx.master_addr, master_port=ctx.rpc_port, num_rpc_threads=RPC_THREADS, rpc_timeout=300)
+    ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=300)
     setup = SamplingSetup(ctx, config.training, edge_dir)
     task = LinkTask(setup, dataset, part, config) if link else NodeTask(setup, dataset, part, node_splits(part), config)
     part.edges.clear()  # GLT holds its own adjacency now: keep one copy of the partition's topology, not two
