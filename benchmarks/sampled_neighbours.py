@@ -45,8 +45,8 @@ def compare_worker(ctx, partitions_uri: str, config, graph_path: str) -> dict:
     from components.partition.dataset import node_splits, to_dist_dataset
     from components.partition.step import STEP
     from components.partition.store import read_partition
-    from components.train.node_task import NodeTask
-    from components.train.sampling import RPC_THREADS, SamplingSetup
+    from components.gnn.node_task import NodeTask
+    from components.gnn.sampling import RPC_THREADS, SamplingSetup
 
     ctx.init_process_group()
     torch.manual_seed(config.training.seed)
@@ -54,7 +54,7 @@ def compare_worker(ctx, partitions_uri: str, config, graph_path: str) -> dict:
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     glt.distributed.init_worker_group(world_size=1, rank=0, group_name="gnnflow-bench")
     ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=300)
-    task = NodeTask(SamplingSetup(ctx, config.training, edge_dir), to_dist_dataset(part), part, node_splits(part), config)
+    task = NodeTask(SamplingSetup.of(ctx, config, part.metadata.schema, edge_dir), to_dist_dataset(part), part, node_splits(part), config)
     batch = next(iter(task.loaders["train"]))
     graph = torch.load(graph_path, weights_only=True)
     n = len(graph["label"])

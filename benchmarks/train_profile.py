@@ -26,8 +26,9 @@ def profile_worker(ctx, partitions_uri: str, config, collect_batches: int, num_r
     from components.partition.dataset import node_splits, to_dist_dataset
     from components.partition.step import STEP as PARTITION_STEP
     from components.partition.store import read_partition
-    from components.train.node_task import NodeTask, build_node_classifier
-    from components.train.sampling import SamplingSetup
+    from components.gnn.build import build_model
+    from components.gnn.node_task import NodeTask
+    from components.gnn.sampling import SamplingSetup
 
     ctx.init_process_group()
     torch.set_num_threads(1)
@@ -40,10 +41,10 @@ def profile_worker(ctx, partitions_uri: str, config, collect_batches: int, num_r
     timings["load_partition_s"] = time.perf_counter() - start
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-bench")
     ctx.init_rpc(num_rpc_threads=num_rpc_threads, rpc_timeout=300)
-    setup = SamplingSetup(ctx, config.training, edge_dir)
+    setup = SamplingSetup.of(ctx, config, schema, edge_dir)
     task = NodeTask(setup, dataset, part, node_splits(part), config)
     torch.manual_seed(0)
-    model = build_node_classifier(schema, config, edge_dir)
+    model = build_model(schema, config, edge_dir)
     ddp = DistributedDataParallel(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
     loader = task.loaders["train"]

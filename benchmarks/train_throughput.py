@@ -90,10 +90,10 @@ def load1() -> float:
 
 def _build_model(in_dim: int, classes: int):
     from components.config import ModelSpec
-    from components.train.model import NodeClassifier, homogeneous_encoder
+    from components.gnn.model import HomogeneousSAGE, NodeClassifier
 
     spec = ModelSpec()
-    return NodeClassifier(homogeneous_encoder(in_dim, spec), spec.hidden_channels, classes)
+    return NodeClassifier(HomogeneousSAGE("node", in_dim, spec), spec.hidden_channels, classes, "node")
 
 
 def pyg_baseline(graph_path: str, threads: int, epochs: int, batch_size: int, fan_outs: list[int], seed: int, result) -> None:
@@ -103,7 +103,7 @@ def pyg_baseline(graph_path: str, threads: int, epochs: int, batch_size: int, fa
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
-    from components.train.metrics import confusion_matrix
+    from components.gnn.metrics import confusion_matrix
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -130,7 +130,7 @@ def pyg_baseline(graph_path: str, threads: int, epochs: int, batch_size: int, fa
         for batch in loader:
             size = batch.batch_size
             optimizer.zero_grad()
-            logits = model(batch.x, batch.edge_index)[:size]
+            logits = model(batch)[:size]
             target = batch.y[:size]
             loss = F.cross_entropy(logits, target)
             loss.backward()
@@ -150,7 +150,7 @@ def pyg_baseline(graph_path: str, threads: int, epochs: int, batch_size: int, fa
     correct = 0
     with torch.no_grad():
         for batch in NeighborLoader(data, num_neighbors=fan_outs, batch_size=1024, input_nodes=val_nodes):
-            correct += int((model(batch.x, batch.edge_index)[: batch.batch_size].argmax(-1) == batch.y[: batch.batch_size]).sum())
+            correct += int((model(batch)[: batch.batch_size].argmax(-1) == batch.y[: batch.batch_size]).sum())
     result.put({"epochs": rows, "setup_s": setup_s, "sample_only_s": sample_s, "sample_only_batches": sampled,
                 "val_accuracy": correct / len(val_nodes), "peak_rss_self": psutil.Process().memory_info().rss})
 

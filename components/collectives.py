@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import numpy as np
+import pyarrow as pa
 import torch
 import torch.distributed as dist
 
@@ -67,6 +68,35 @@ def request(keys: torch.Tensor, destination: torch.Tensor, world_size: int,
     out = torch.empty_like(replies)
     out[order] = replies
     return out
+
+
+def exchange_strings(strings: pa.Array, destination: torch.Tensor, world_size: int) -> tuple[torch.Tensor, pa.Array]:
+    """Moves ``strings[i]`` to worker ``destination[i]``; returns (the order rows were sent in,
+    the strings received), grouped by sender as :func:`exchange` groups rows."""
+    order = torch.argsort(destination, stable=True)
+    ordered = strings.cast(pa.large_string()).take(pa.array(order.numpy()))  # a fresh array: offset 0
+    offsets = np.frombuffer(ordered.buffers()[1], dtype=np.int64)[: len(ordered) + 1] if len(ordered) else np.zeros(1, np.int64)
+    data = np.frombuffer(ordered.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]] if len(ordered) else np.zeros(0, np.uint8)
+    lengths = torch.from_numpy(np.diff(offsets))
+    got = exchange({"length": lengths}, destination[order], world_size)["length"]
+    byte_owner = torch.repeat_interleave(destination[order], lengths)
+    got_bytes = exchange({"byte": torch.from_numpy(data.copy())}, byte_owner, world_size)["byte"]
+    got_offsets = np.zeros(len(got) + 1, dtype=np.int64)
+    np.cumsum(got.numpy(), out=got_offsets[1:])
+    received = pa.LargeStringArray.from_buffers(len(got), pa.py_buffer(got_offsets), pa.py_buffer(got_bytes.numpy()))
+    return order, received.cast(pa.string())
+
+
+def request_strings(keys: torch.Tensor, destination: torch.Tensor, world_size: int,
+                    answer: Callable[[torch.Tensor], pa.Array]) -> pa.Array:
+    """Like :func:`request`, for answers that are strings (e.g. original ids): ``answer`` maps a
+    (r,) key tensor to r strings; returns one string per key, in the order of ``keys``."""
+    order = torch.argsort(destination, stable=True)
+    send_sizes, recv_sizes = _sizes(destination, world_size)
+    asked = _all_to_all(keys[order], send_sizes, recv_sizes)
+    askers = torch.repeat_interleave(torch.arange(world_size), torch.tensor(recv_sizes, dtype=torch.int64))
+    _, replies = exchange_strings(answer(asked), askers, world_size)  # grouped by answering worker = keys[order]
+    return replies.take(pa.array(torch.argsort(order).numpy()))
 
 
 def all_sum_int(value: int) -> int:

@@ -71,6 +71,13 @@ class EdgeTableSpec(_Section):
         "error", description="An endpoint missing from the node table: stop with an error naming the row, or drop the edge and count it."
     )
     features: list[FeatureSpec] = Field(default_factory=list, description="Edge feature column groups.")
+    role: Literal["message", "positive_label", "negative_label"] = Field(
+        "message",
+        description="message: the edges messages flow over. positive_label / negative_label (link prediction): pairs "
+        "(anchor, candidate) of the target's node types that supervise instead: positives to learn and score (their split "
+        "column, or the random split; validation and test positives never carry messages) and hard negatives of their "
+        "anchor (training.negatives: hard, and evaluation). Label tables are directed and have no features.",
+    )
 
     @property
     def name(self) -> str:
@@ -300,11 +307,21 @@ class ResourcesSpec(_Section):
         return self.requests.overridden_by(own) if own is not None else self.requests
 
 
+ModelType = Literal["graphsage", "gat", "rgcn"]
+
+
 class ModelSpec(_Section):
-    hidden_channels: int = Field(64, gt=0, description="Width of every GraphSAGE layer; also the embedding size.")
-    num_layers: int = Field(2, gt=0, description="GraphSAGE layers (hops); must equal len(training.fan_outs).")
+    type: ModelType = Field(
+        "graphsage",
+        description="graphsage: mean/max/sum of neighbours (SAGEConv); gat: attention over neighbours (GATv2Conv), "
+        "using edge features where a type has them; rgcn: one weight per relation (R-GCN, GraphConv per edge type). "
+        "Each works for both tasks, on homogeneous and heterogeneous graphs; infer --mode exact needs graphsage on a homogeneous graph.",
+    )
+    hidden_channels: int = Field(64, gt=0, description="Width of every layer; also the embedding size.")
+    num_layers: int = Field(2, gt=0, description="Message-passing layers (hops); must equal the length of every training.fan_outs list.")
+    attention_heads: int = Field(1, gt=0, description="gat: attention heads per layer (concatenated; must divide hidden_channels).")
     dropout: float = Field(0.5, ge=0, lt=1, description="Dropout between layers.")
-    aggregation: Literal["mean", "max", "sum"] = Field("mean", description="How a node aggregates its neighbours.")
+    aggregation: Literal["mean", "max", "sum"] = Field("mean", description="graphsage, rgcn: how a node aggregates its neighbours.")
     decoder: Literal["dot", "mlp"] = Field("dot", description="Link prediction: score an edge by a dot product or an MLP of the two embeddings.")
 
 
@@ -312,7 +329,12 @@ class TrainingSpec(_Section):
     epochs: int = Field(50, gt=0, description="Maximum epochs.")
     batch_size: int = Field(512, gt=0, description="Seed nodes (or seed edges) per mini-batch and worker.")
     eval_batch_size: int = Field(1024, gt=0, description="Seeds per batch when evaluating and inferring.")
-    fan_outs: list[int] = Field(default_factory=lambda: [15, 10], min_length=1, description="Neighbours sampled per hop, one per layer.")
+    fan_outs: list[int] | dict[str, list[int]] = Field(
+        default_factory=lambda: [15, 10],
+        description="Neighbours sampled per hop, one per layer: a list for every edge type, or a mapping from edge type "
+        "(its name src__relation__dst or its relation) to a list; key 'default' covers the types not named. "
+        "An undirected type's reverse direction samples with its own type's list.",
+    )
     learning_rate: float = Field(0.01, gt=0, description="Adam learning rate.")
     weight_decay: float = Field(5e-4, ge=0, description="Adam weight decay.")
     seed: int = Field(0, description="Seed of model initialisation and sampling: same config and world size, same result.")
@@ -321,7 +343,36 @@ class TrainingSpec(_Section):
         "collocated", description="Sample in the trainer process, or in separate GLT sampling subprocesses."
     )
     sampling_workers: int = Field(1, gt=0, description="multiprocess: sampling subprocesses per trainer.")
-    negative_ratio: float = Field(1.0, gt=0, description="Link prediction: negative edges sampled per positive edge.")
+    negative_ratio: float = Field(1.0, gt=0, description="Link prediction: random negative pairs per positive (negatives: random), "
+                                  "and other positives of the batch scored per positive (negatives: in_batch), rounded up.")
+    negatives: list[Literal["random", "hard", "in_batch"]] = Field(
+        default_factory=lambda: ["random"], min_length=1,
+        description="Link prediction, combinable: random (uniform destination pairs), hard (the negative_label table's pairs "
+        "of each anchor), in_batch (each positive's anchor against the destinations of other positives in its batch).",
+    )
+
+
+class RetrievalSpec(_Section):
+    """Step infer, link prediction: the top-k destination candidates of every source node of the
+    target edge type, scored by the inner product of their embeddings (the dot decoder's logit)."""
+
+    enabled: bool | None = Field(
+        None, description="Write candidates and the index; default (null): for link prediction with model.decoder dot "
+        "(an MLP decoder's score is not an inner product an index can search)."
+    )
+    k: int = Field(10, gt=0, description="Candidates per source node (fewer only when the graph has fewer destinations).")
+    exact_below: int = Field(
+        100_000, ge=0, description="Destination nodes below which candidates are found exactly (a flat index); "
+        "from there on with a faiss HNSW index per worker."
+    )
+    hnsw_neighbors: int = Field(32, gt=1, description="HNSW: links per node (faiss M).")
+    ef_construction: int = Field(200, gt=0, description="HNSW: candidate list size while building.")
+    ef_search: int = Field(128, gt=0, description="HNSW: candidate list size while searching (higher: better recall, slower).")
+    query_block: int = Field(4096, gt=0, description="Source embeddings each worker sends per search round.")
+    recall_sample_fraction: float = Field(
+        0.05, gt=0, le=1, description="Share of source nodes also searched exactly, to report the index's recall@k against exact search."
+    )
+    seed: int = Field(0, description="Seed of the recall sample.")
 
 
 class OutputSpec(_Section):
@@ -336,8 +387,9 @@ class GnnflowConfig(_Section):
     preprocess: PreprocessSpec = Field(default_factory=PreprocessSpec, description="Step preprocess: chunk sizes.")
     serialize: SerializeSpec = Field(default_factory=SerializeSpec, description="Step serialize: shards.")
     partition: PartitionSpec = Field(default_factory=PartitionSpec, description="Step partition.")
-    model: ModelSpec = Field(default_factory=ModelSpec, description="The GraphSAGE model.")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The model: GraphSAGE, GATv2 or R-GCN.")
     training: TrainingSpec = Field(default_factory=TrainingSpec, description="Steps train and infer.")
+    retrieval: RetrievalSpec = Field(default_factory=RetrievalSpec, description="Step infer: top-k candidates for link prediction.")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Workers of the multi-worker steps, where they run (local or Vertex AI CustomJobs), and task requests.")
     output: OutputSpec = Field(default_factory=OutputSpec, description="Where a run writes.")
 
@@ -350,25 +402,93 @@ class GnnflowConfig(_Section):
                 raise ValueError(f"task.target {target!r} is not a node type of graph.nodes")
             if node.label_column is None:
                 raise ValueError(f"node_classification needs graph.nodes[{target!r}].label_column")
-        elif not any(e.type == target or e.name == target for e in self.graph.edges):
+        elif not any(e.type == target or e.name == target for e in self.graph.edges if e.role == "message"):
             raise ValueError(f"task.target {target!r} is not an edge type of graph.edges")
         return self
 
     @model_validator(mode="after")
-    def _fan_outs_match_layers(self) -> "GnnflowConfig":
-        if len(self.training.fan_outs) != self.model.num_layers:
-            raise ValueError(
-                f"training.fan_outs has {len(self.training.fan_outs)} entries but model.num_layers is {self.model.num_layers}: give one fan-out per layer"
-            )
+    def _labels_fit(self) -> "GnnflowConfig":
+        labels = [e for e in self.graph.edges if e.role != "message"]
+        if not labels:
+            if "hard" in self.training.negatives:
+                raise ValueError("training.negatives: hard needs a graph.edges table with role negative_label (the hard negatives)")
+            return self
+        if self.task.type != "link_prediction":
+            raise ValueError(f"graph.edges {labels[0].name!r} has role {labels[0].role}: label edge tables need task.type link_prediction")
+        target = next(e for e in self.graph.edges if e.name == self.task_target)
+        for role in ("positive_label", "negative_label"):
+            tables = [e.name for e in labels if e.role == role]
+            if len(tables) > 1:
+                raise ValueError(f"graph.edges has {len(tables)} tables with role {role} ({tables}): give one")
+        for label in labels:
+            if (label.src_type, label.dst_type) != (target.src_type, target.dst_type):
+                raise ValueError(f"label edge table {label.name!r} joins {label.src_type} to {label.dst_type}; the target "
+                                 f"{target.name!r} joins {target.src_type} to {target.dst_type}")
+            if label.features:
+                raise ValueError(f"label edge table {label.name!r} has features; label tables are pairs only")
+        if "hard" in self.training.negatives and not any(e.role == "negative_label" for e in labels):
+            raise ValueError("training.negatives: hard needs a graph.edges table with role negative_label (the hard negatives)")
         return self
+
+    @model_validator(mode="after")
+    def _fan_outs_match_layers(self) -> "GnnflowConfig":
+        fan_outs = self.training.fan_outs
+        lists = {"training.fan_outs": fan_outs} if isinstance(fan_outs, list) else {f"training.fan_outs[{k!r}]": v for k, v in fan_outs.items()}
+        for key, values in lists.items():
+            if len(values) != self.model.num_layers:
+                raise ValueError(
+                    f"{key} has {len(values)} entries but model.num_layers is {self.model.num_layers}: give one fan-out per layer"
+                )
+            if any(v <= 0 for v in values):
+                raise ValueError(f"{key} holds {values}: each hop samples a positive number of neighbours")
+        if isinstance(fan_outs, dict):
+            known = {name for e in self.graph.edges if e.role == "message" for name in (e.name, e.type)}
+            unknown = sorted(set(fan_outs) - known - {"default"})
+            if unknown:
+                raise ValueError(f"training.fan_outs names {unknown[0]!r}, not an edge type of graph.edges (known: {sorted(known)})")
+            missing = [e.name for e in self.graph.edges if e.role == "message" and e.name not in fan_outs and e.type not in fan_outs]
+            if missing and "default" not in fan_outs:
+                raise ValueError(f"training.fan_outs gives no list for edge type {missing[0]!r}: name it or add a 'default' list")
+        return self
+
+    @model_validator(mode="after")
+    def _model_fits(self) -> "GnnflowConfig":
+        spec = self.model
+        if spec.type == "gat" and spec.hidden_channels % spec.attention_heads:
+            raise ValueError(f"model.attention_heads {spec.attention_heads} does not divide model.hidden_channels {spec.hidden_channels}")
+        return self
+
+    @model_validator(mode="after")
+    def _retrieval_fits(self) -> "GnnflowConfig":
+        if self.retrieval.enabled and self.task.type != "link_prediction":
+            raise ValueError("retrieval.enabled needs task.type link_prediction")
+        if self.retrieval.enabled and self.model.decoder != "dot":
+            raise ValueError(f"retrieval.enabled needs model.decoder dot: an index searches inner products, "
+                             f"model.decoder {self.model.decoder} scores pairs otherwise")
+        return self
+
+    @property
+    def retrieval_on(self) -> bool:
+        """Whether infer writes retrieval output (see RetrievalSpec.enabled)."""
+        enabled = self.retrieval.enabled
+        return enabled if enabled is not None else self.task.type == "link_prediction" and self.model.decoder == "dot"
+
+    def fan_outs_of(self, edge_type: str) -> list[int]:
+        """Neighbours per hop sampled along ``edge_type`` (a graph.edges name src__relation__dst)."""
+        fan_outs = self.training.fan_outs
+        if isinstance(fan_outs, list):
+            return fan_outs
+        edge = next(e for e in self.graph.edges if e.name == edge_type)
+        return fan_outs.get(edge.name) or fan_outs.get(edge.type) or fan_outs["default"]
 
     @property
     def task_target(self) -> str:
         """The node type (classification) or edge type name (link prediction) the task is about."""
         if self.task.type == "node_classification":
             return self.task.target or self.graph.nodes[0].type
-        target = self.task.target or self.graph.edges[0].name
-        match = next((e for e in self.graph.edges if target in (e.type, e.name)), None)
+        messages = [e for e in self.graph.edges if e.role == "message"]
+        target = self.task.target or (messages[0].name if messages else self.graph.edges[0].name)
+        match = next((e for e in messages if target in (e.type, e.name)), None)
         return match.name if match else target
 
     def to_yaml(self) -> str:

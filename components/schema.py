@@ -53,6 +53,7 @@ class EdgeTypeSchema:
     files: list[str]
     dropped_unknown_endpoints: int = 0
     file_rows: list[int] = field(default_factory=list)  # records per file, when known
+    role: str = "message"  # message (carries messages), positive_label or negative_label (supervision only)
 
     @property
     def name(self) -> str:
@@ -75,8 +76,17 @@ class GraphSchema:
     format_version: int = 1
 
     @property
+    def message_edge_types(self) -> dict[str, EdgeTypeSchema]:
+        """The edge types of the graph messages flow over (label edge tables are not among them)."""
+        return {name: e for name, e in self.edge_types.items() if e.role == "message"}
+
+    def label_edge_type(self, role: str) -> str | None:
+        """The name of the ``positive_label`` or ``negative_label`` edge table, if the task has one."""
+        return next((name for name, e in self.edge_types.items() if e.role == role), None)
+
+    @property
     def is_heterogeneous(self) -> bool:
-        return len(self.node_types) > 1 or len(self.edge_types) > 1
+        return len(self.node_types) > 1 or len(self.message_edge_types) > 1
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components import storage
-from components.config import GnnflowConfig, load_config, resolve_config
+from components.config import GnnflowConfig, apply_overrides, load_config, resolve_config
 from components.errors import GnnflowError
 from components.infer.step import MODES
 from components.tables import tables_fingerprint
@@ -108,4 +108,8 @@ def run_from_cli(config_uri: str | None, output: str | None, overrides: dict[str
     if not isinstance(root, storage.LocalUri):
         raise GnnflowError(f"--via kfp-local writes under a local folder, not {root}: drop --via kfp-local for gs:// runs")
     config = config or demo_config(root)
+    if infer_mode == "exact":
+        from components.infer.layerwise import check_exact_config
+
+        check_exact_config(apply_overrides(config, overrides, "--set") if overrides else config)  # before any task starts
     return run_via_kfp_local(config.to_yaml(), overrides, root, infer_mode)

@@ -21,6 +21,7 @@ from components import storage
 from components.config import GnnflowConfig, apply_overrides, load_config
 from components.demo_graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
+from components.infer.layerwise import check_exact_config
 from components.infer.step import infer
 from components.partition.step import partition
 from components.preprocess.step import preprocess
@@ -159,6 +160,8 @@ class _RunState:
 
 def run_pipeline(config: GnnflowConfig, root: storage.Uri, infer_mode: str = "sampled", force: bool = False) -> RunResult:
     """Runs (or skips, when up to date) each step under ``root``; returns where outputs went."""
+    if infer_mode == "exact":
+        check_exact_config(config)  # before preprocess starts
     outputs = RunOutputs.under(root)
     state = _RunState(root)
     ran: list[str] = []

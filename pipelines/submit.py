@@ -152,6 +152,10 @@ def prepare_run(request: RunRequest) -> PreparedRun:
     text = base.to_yaml()
     overrides = json.dumps(dict(request.overrides), sort_keys=True)
     resolved = resolve_config(text, overrides)
+    if request.infer_mode == "exact":
+        from components.infer.layerwise import check_exact_config
+
+        check_exact_config(resolved)  # refused here, not by the infer task after hours of training
     for section, tables in (("graph.nodes", resolved.graph.nodes), ("graph.edges", resolved.graph.edges)):
         for i, table in enumerate(tables):
             if not table.uri.startswith("gs://"):

@@ -6,7 +6,7 @@ import torch
 
 from components.infer.link_eval import link_metrics, own_embeddings
 from components.launcher import WorkerContext
-from components.train.model import LinkPredictor
+from components.gnn.model import LinkPredictor
 
 
 def score_test_edges(ctx: WorkerContext, z_by_source: torch.Tensor, pairs_by_source: torch.Tensor, owner_of_source: torch.Tensor,
@@ -20,7 +20,7 @@ def score_test_edges(ctx: WorkerContext, z_by_source: torch.Tensor, pairs_by_sou
     partition_of_source = torch.empty_like(order)
     partition_of_source[order] = torch.arange(len(order))
     mine = order[owner_of_source[order] == ctx.rank]  # my source ids, in partition-id order
-    model = LinkPredictor(torch.nn.Identity(), z_by_source.shape[1], "dot")
+    model = LinkPredictor(torch.nn.Identity(), z_by_source.shape[1], "dot", ("node", "link", "node"))
     z = own_embeddings(z_by_source[mine], counts, ctx.rank, mine, partition_of_source[mine], ctx.world_size)
     edge_ids = torch.arange(pairs_by_source.shape[1])
     keep = owner_of_source[pairs_by_source[0]] == ctx.rank

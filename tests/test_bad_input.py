@@ -64,6 +64,17 @@ def test_unknown_edge_endpoint_dropped_and_counted(tmp_path):
     assert schema["count"] == 5 and schema["dropped_unknown_endpoints"] == 2
 
 
+def test_label_table_with_an_unknown_endpoint_is_an_error(tmp_path, capsys):
+    raw = config_dict("nodes.csv", "edges.csv")
+    raw["task"] = {"type": "link_prediction", "target": "link"}
+    (tmp_path / "positives.csv").write_text("src,dst,split\na,b,train\nb,qq,test\n")
+    raw["graph"]["edges"].append({"type": "link_positive", "uri": "positives.csv", "src_type": "item", "dst_type": "item",
+                                  "split_column": "split", "role": "positive_label"})
+    config = write_tiny_graph(tmp_path, config=raw)
+    err = fails(capsys, config, tmp_path / "out")
+    assert f"{tmp_path / 'positives.csv'}, row 2, column 'dst': node id 'qq' is not in node table 'item'" in err
+
+
 def test_split_value_outside_the_configured_ones(tmp_path, capsys):
     config = write_tiny_graph(tmp_path, NODES_CSV.replace("c,red,val", "c,red,vla"))
     err = fails(capsys, config, tmp_path / "out")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -58,6 +60,11 @@ def test_relative_table_paths_resolve_against_the_config_folder(tmp_path):
         (MINIMAL + "training:\n  epochs: 50\n  batch_size: 64\n  epochs: 7\n",
          "key 'epochs' appears twice in one section (lines 5 and 7)"),
         (MINIMAL + "model: {dropout: 0.1}\nmodel: {dropout: 0.2}\n", "key 'model' appears twice"),
+        (MINIMAL + "training: {fan_outs: {follows: [5, 5]}}\n", "training.fan_outs names 'follows', not an edge type of graph.edges"),
+        (MINIMAL + "training: {fan_outs: {default: [5]}}\n", "training.fan_outs['default'] has 1 entries but model.num_layers is 2"),
+        (MINIMAL + "training: {fan_outs: [5, 0]}\n", "training.fan_outs holds [5, 0]: each hop samples a positive number"),
+        (MINIMAL + "model: {type: gcn}\n", "key 'model.type': Input should be 'graphsage', 'gat' or 'rgcn'"),
+        (MINIMAL + "model: {type: gat, attention_heads: 3}\n", "model.attention_heads 3 does not divide model.hidden_channels 64"),
     ],
 )
 def test_errors_name_the_key_and_the_file(tmp_path, text, expected):
@@ -109,3 +116,47 @@ def test_init_config_proposes_the_no_split_values_it_sees(tmp_path):
     config = propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="src",
                             dst_column="dst", label_column="label", split_column="fold")
     assert config.task.split.none_values == ["", "none", "unused"]
+
+
+TWO_EDGE_TYPES = ("graph:\n  nodes: [{type: user, uri: u.csv, label_column: y}, {type: item, uri: i.csv}]\n"
+                  "  edges: [{type: follows, uri: f.csv, src_type: user, dst_type: user},\n"
+                  "          {type: clicks, uri: c.csv, src_type: user, dst_type: item}]\n")
+
+
+LINK_TWO_TYPES = TWO_EDGE_TYPES + "task: {type: link_prediction, target: clicks}\n"
+
+
+@pytest.mark.parametrize(
+    ("extra_edge", "training", "expected"),
+    [
+        ("{type: liked, uri: l.csv, src_type: user, dst_type: user, role: positive_label}", "",
+         "label edge table 'user__liked__user' joins user to user; the target 'user__clicks__item' joins user to item"),
+        ("{type: skipped, uri: s.csv, src_type: user, dst_type: item, role: negative_label, features: [{columns: [w]}]}", "",
+         "label edge table 'user__skipped__item' has features"),
+        ("{type: bought, uri: b.csv, src_type: user, dst_type: item, role: positive_label}", "training: {negatives: [random, hard]}\n",
+         "training.negatives: hard needs a graph.edges table with role negative_label"),
+    ],
+)
+def test_label_tables_that_do_not_fit_the_target_are_refused(extra_edge, training, expected):
+    text = LINK_TWO_TYPES.replace("dst_type: item}]\n", f"dst_type: item}},\n          {extra_edge}]\n") + training
+    with pytest.raises(GnnflowError, match=re.escape(expected)):
+        parse_config(text, "x")
+
+
+def test_a_label_table_is_never_the_target():
+    text = LINK_TWO_TYPES.replace("dst_type: item}]\n", "dst_type: item},\n          "
+                                  "{type: bought, uri: b.csv, src_type: user, dst_type: item, role: positive_label}]\n")
+    config = parse_config(text, "x")
+    assert config.task_target == "user__clicks__item"
+    with pytest.raises(GnnflowError, match="task.target 'bought' is not an edge type of graph.edges"):
+        parse_config(text.replace("target: clicks", "target: bought"), "x")
+
+
+def test_fan_outs_per_edge_type_by_name_relation_or_default():
+    config = parse_config(TWO_EDGE_TYPES + "training: {fan_outs: {user__follows__user: [10, 5], default: [3, 2]}}\n", "x")
+    assert config.fan_outs_of("user__follows__user") == [10, 5] and config.fan_outs_of("user__clicks__item") == [3, 2]
+    config = parse_config(TWO_EDGE_TYPES + "training: {fan_outs: {follows: [10, 5], clicks: [4, 4]}}\n", "x")
+    assert config.fan_outs_of("user__clicks__item") == [4, 4]
+    assert parse_config(TWO_EDGE_TYPES, "x").fan_outs_of("user__clicks__item") == [15, 10]
+    with pytest.raises(GnnflowError, match="training.fan_outs gives no list for edge type 'user__clicks__item': name it or add a 'default' list"):
+        parse_config(TWO_EDGE_TYPES + "training: {fan_outs: {follows: [10, 5]}}\n", "x")

@@ -299,7 +299,7 @@ def test_link_metrics_score_with_the_decoder_on_any_number_of_workers():
 
 
 def test_histogram_auc_counts_ties_half():
-    from components.train.metrics import histogram_auc, score_histogram
+    from components.gnn.metrics import histogram_auc, score_histogram
 
     positive, negative = score_histogram(torch.tensor([1.0, 2.0])), score_histogram(torch.tensor([0.0, 1.0]))
     assert histogram_auc(positive, negative) == 0.875  # 3 of 4 pairs won, one tied

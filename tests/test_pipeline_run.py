@@ -73,6 +73,10 @@ def test_run_rejects_a_bad_override_before_any_step(tmp_path, capsys):
     assert not (tmp_path / "r" / "preprocessed").exists()
     assert gnnflow(["run", "--output", str(tmp_path / "s"), "--set", "training.epoch=5"]) == 2
     assert "key 'training.epoch' does not name a config field" in capsys.readouterr().err
+    # A model that exact inference cannot run is refused before preprocess, not after training.
+    assert gnnflow(["run", "--output", str(tmp_path / "t"), "--infer-mode", "exact", "--set", "model.type=gat"]) == 2
+    assert "infer --mode exact supports model.type graphsage; this config has model.type gat" in capsys.readouterr().err
+    assert not (tmp_path / "t" / "preprocessed").exists()
 
 
 @pytest.mark.slow

@@ -102,7 +102,7 @@ def test_model_edge_types_are_the_sampled_edge_types(partitioned: Partitioned) -
 
     from components.partition.dataset import to_dist_dataset
     from components.partition.store import read_partition
-    from components.train.node_task import build_node_classifier
+    from components.gnn.build import build_model
 
     part = read_partition(storage.open_published(partitioned.partitions, step=PARTITION_STEP), 0)
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
@@ -111,7 +111,7 @@ def test_model_edge_types_are_the_sampled_edge_types(partitioned: Partitioned) -
     # edge types as they are), in-edge samples by their stored type; either way the batch's
     # edge_index_dict is oriented neighbour → seed, the direction messages flow.
     sampled = {reverse_edge_type(e) for e in stored} if edge_dir == "out" else stored
-    model = build_node_classifier(part.metadata.schema, partitioned.config, edge_dir)
+    model = build_model(part.metadata.schema, partitioned.config, edge_dir)
     for layer in model.encoder.convs:
         assert sampled <= set(layer.convs.keys()), f"batches hold {sorted(sampled)}, the model convolves {sorted(layer.convs.keys())}"
     assert ("paper", "cites", "paper") in sampled

@@ -15,12 +15,13 @@ import time
 import torch
 from torch import nn
 
+from components.config import GnnflowConfig
 from components.errors import GnnflowError
 from components.infer.outputs import NodeOutputs, class_probabilities
 from components.infer.restore import RestoredModel
 from components.partition.store import StoredPartition
 from components.runlog import rate
-from components.train.metrics import all_gather_cat
+from components.gnn.metrics import all_gather_cat
 
 log = logging.getLogger("gnnflow.infer")
 
@@ -43,6 +44,22 @@ def aggregation_edges(edge_index: torch.Tensor, own_ids: torch.Tensor, count: in
     return torch.stack([neighbour, local])
 
 
+def check_exact_config(config: GnnflowConfig) -> None:
+    """A GnnflowError, before anything runs, when ``--mode exact`` cannot serve ``config``'s
+    graph and model (exact inference rebuilds the plain GraphSAGE stack on one node type)."""
+    graph, model = config.graph, config.model
+    messages = [e for e in graph.edges if e.role == "message"]
+    if len(graph.nodes) > 1 or len(messages) > 1:
+        raise GnnflowError(f"infer --mode exact supports homogeneous graphs; this config has {len(graph.nodes)} node types and "
+                           f"{len(messages)} edge types: use --mode sampled")
+    if model.type != "graphsage":
+        raise GnnflowError(f"infer --mode exact supports model.type graphsage; this config has model.type {model.type}: "
+                           "use --mode sampled")
+    if not graph.nodes[0].features:
+        raise GnnflowError(f"infer --mode exact needs node features; node type {graph.nodes[0].type!r} has none "
+                           "(its nodes learn embeddings): use --mode sampled")
+
+
 def check_encoder(encoder: nn.Module) -> None:
     """A GnnflowError unless ``encoder`` is the plain GraphSAGE stack this module rebuilds."""
     from torch_geometric.nn.models import GraphSAGE
@@ -53,7 +70,8 @@ def check_encoder(encoder: nn.Module) -> None:
     if plain and encoder.norms is not None:
         plain = all(isinstance(norm, nn.Identity) for norm in encoder.norms)
     if not plain:
-        raise GnnflowError(f"--mode exact supports the plain GraphSAGE encoder; this model's is {type(encoder).__name__}: use --mode sampled")
+        raise GnnflowError(f"--mode exact supports the plain GraphSAGE encoder (model.type graphsage on a homogeneous graph "
+                           f"with node features); this model's is {type(encoder).__name__}: use --mode sampled")
 
 
 def _gather_all(rows: torch.Tensor, all_ids: torch.Tensor, count: int) -> torch.Tensor:
@@ -74,7 +92,7 @@ def exact_outputs(part: StoredPartition, model: RestoredModel, rank: int, edge_k
     encoder = model.module.encoder
     check_encoder(encoder)
     (node_type,) = schema.node_types
-    (edge_type,) = schema.edge_types
+    (edge_type,) = schema.message_edge_types
     count = schema.node_types[node_type].count
     own = part.nodes[node_type]["node_id"]
     edge_index = part.edges[edge_type]["edge_index"]

@@ -17,7 +17,7 @@ from torch import nn
 
 from components.collectives import all_max_int, request
 from components.partition.books import IdDirectory, hash_owner, range_ends, range_owner
-from components.train.metrics import AUC_BINS, all_sum, histogram_auc, score_histogram
+from components.gnn.metrics import AUC_BINS, all_sum, histogram_auc, score_histogram
 
 RANKING_NEGATIVES = 100  # random destinations ranked against each positive (MRR, hits@10)
 SCORE_CHUNK = 1024  # positives scored per round: bounds the (chunk * negatives, hidden) rows fetched
@@ -47,25 +47,40 @@ def negative_source_ids(edge_ids: torch.Tensor, draws: int, count: int, seed: in
 
 def _scores(model: nn.Module, z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
     """(m,) logits of the pairs (z_src[i], z_dst[i]) with the model's decoder."""
-    m = len(z_src)
-    return model.score(torch.cat([z_src, z_dst]), torch.stack([torch.arange(m), torch.arange(m) + m]))
+    return model.score(z_src, z_dst)
 
 
 @torch.no_grad()
+def _hard_of(anchors: torch.Tensor, hard: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For anchors (c,): (row in ``anchors``, hard negative id) of every hard pair (2, h) whose
+    anchor it is (each anchor's hard negatives, once per positive of that anchor)."""
+    order = torch.argsort(hard[0], stable=True)
+    sorted_anchor, negative = hard[0][order], hard[1][order]
+    lo = torch.searchsorted(sorted_anchor, anchors)
+    counts = torch.searchsorted(sorted_anchor, anchors, right=True) - lo
+    row = torch.repeat_interleave(torch.arange(len(anchors)), counts)
+    starts = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    return row, negative[lo[row] + torch.arange(len(row)) - starts]
+
+
 def link_metrics(model: nn.Module, src: OwnEmbeddings, dst: OwnEmbeddings, positives: torch.Tensor, edge_ids: torch.Tensor,
-                 seed: int, world_size: int) -> dict[str, float]:
+                 seed: int, world_size: int, hard: torch.Tensor | None = None) -> dict[str, float]:
     """Test ROC-AUC (each positive against one random pair), MRR and hits@10 (against
-    RANKING_NEGATIVES random destinations of its source), over every worker; collective.
+    RANKING_NEGATIVES random destinations of its source, and its source's hard negatives), over
+    every worker; collective. With hard negatives, also ``test_mrr_hard``: each positive ranked
+    against its source's hard negatives alone (positives whose source has some).
 
     positives: (2, m) partition ids [src; dst] of this worker's test edges; edge_ids: (m,) their
-    source edge ids (the key their negatives are drawn from).
+    source edge ids (the key their negatives are drawn from); hard: (2, h) [anchor; negative]
+    partition ids of this worker's test hard negatives, anchors among the positives' sources.
     """
+    hard = hard if hard is not None else torch.zeros((2, 0), dtype=torch.int64)
     model.eval()
     src_count, dst_count = int(src.ends[-1]), int(dst.ends[-1])
     m = positives.shape[1]
     rounds = all_max_int(-(-m // SCORE_CHUNK))
     positive_hist, negative_hist = torch.zeros(AUC_BINS, dtype=torch.int64), torch.zeros(AUC_BINS, dtype=torch.int64)
-    sums = torch.zeros(3, dtype=torch.float64)  # reciprocal ranks, hits@10, positives
+    sums = torch.zeros(5, dtype=torch.float64)  # reciprocal ranks, hits@10, positives; hard-only reciprocal ranks, positives
     for r in range(rounds):
         chunk = slice(r * SCORE_CHUNK, (r + 1) * SCORE_CHUNK)
         pos, ids = positives[:, chunk], edge_ids[chunk]
@@ -75,19 +90,29 @@ def link_metrics(model: nn.Module, src: OwnEmbeddings, dst: OwnEmbeddings, posit
         pair_src = src.directory.lookup(negative_source_ids(ids, 1, src_count, seed, RANKING_NEGATIVES).reshape(-1))
         pair_dst = dst.directory.lookup(negative_source_ids(ids, 1, dst_count, seed, RANKING_NEGATIVES + 1).reshape(-1))
         z_src, z_pair_src = src.fetch(torch.cat([pos[0], pair_src]), world_size).split([c, c])
-        z_dst, z_pair_dst, z_ranked = dst.fetch(torch.cat([pos[1], pair_dst, ranked]), world_size).split([c, c, c * RANKING_NEGATIVES])
+        hard_row, hard_dst = _hard_of(pos[0], hard)
+        z_dst, z_pair_dst, z_ranked, z_hard = dst.fetch(torch.cat([pos[1], pair_dst, ranked, hard_dst]), world_size).split(
+            [c, c, c * RANKING_NEGATIVES, len(hard_dst)])
         positive = _scores(model, z_src, z_dst)
+        hard_wins = torch.bincount(hard_row, weights=(_scores(model, z_src[hard_row], z_hard) >= positive[hard_row]).to(torch.float64),
+                                   minlength=c)
+        with_hard = torch.bincount(hard_row, minlength=c) > 0
         positive_hist += score_histogram(positive)
         negative_hist += score_histogram(_scores(model, z_pair_src, z_pair_dst))
         against = _scores(model, z_src.repeat_interleave(RANKING_NEGATIVES, 0), z_ranked).reshape(c, RANKING_NEGATIVES)
-        rank = 1 + (against >= positive[:, None]).sum(dim=1).to(torch.float64)  # pessimistic on ties
-        sums += torch.tensor([float((1 / rank).sum()), float((rank <= 10).sum()), c], dtype=torch.float64)
+        rank = 1 + (against >= positive[:, None]).sum(dim=1).to(torch.float64) + hard_wins  # pessimistic on ties
+        hard_rank = 1 + hard_wins[with_hard]
+        sums += torch.tensor([float((1 / rank).sum()), float((rank <= 10).sum()), c, float((1 / hard_rank).sum()), len(hard_rank)],
+                             dtype=torch.float64)
     positive_hist, negative_hist, sums = all_sum(positive_hist), all_sum(negative_hist), all_sum(sums)
     count = int(sums[2])
     if count == 0:
         return {"test_roc_auc": float("nan"), "test_mrr": float("nan"), "test_hits@10": float("nan"), "test_count": 0}
-    return {"test_roc_auc": histogram_auc(positive_hist, negative_hist), "test_mrr": float(sums[0] / count),
-            "test_hits@10": float(sums[1] / count), "test_count": count}
+    metrics = {"test_roc_auc": histogram_auc(positive_hist, negative_hist), "test_mrr": float(sums[0] / count),
+               "test_hits@10": float(sums[1] / count), "test_count": count}
+    if int(sums[4]):
+        metrics |= {"test_mrr_hard": float(sums[3] / sums[4]), "test_hard_count": int(sums[4])}
+    return metrics
 
 
 def own_embeddings(rows: torch.Tensor, counts: list[int], index: int, source_ids: torch.Tensor, partition_ids: torch.Tensor,

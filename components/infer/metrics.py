@@ -10,7 +10,7 @@ import torch
 
 from components.errors import GnnflowError
 from components.schema import NO_LABEL, SPLIT_CODES
-from components.train.metrics import confusion_matrix
+from components.gnn.metrics import confusion_matrix
 
 
 def shard_confusion(table: pa.Table, rows: torch.Tensor, labels: torch.Tensor, splits: torch.Tensor,

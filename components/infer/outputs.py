@@ -22,12 +22,9 @@ class NodeOutputs:
 
 
 def class_probabilities(model: nn.Module, embeddings: torch.Tensor) -> torch.Tensor:
-    """(n, hidden) embeddings → (n, num_classes) softmax of a NodeClassifier's head.
-
-    Mirrors ``NodeClassifier.forward`` (head of relu of the embedding) from embeddings already
-    computed, so the encoder does not run twice.
-    """
-    return torch.softmax(model.head(torch.relu(embeddings)), dim=-1)
+    """(n, hidden) embeddings → (n, num_classes) softmax of a NodeClassifier's head (from
+    embeddings already computed, so the encoder does not run twice)."""
+    return torch.softmax(model.classify(embeddings), dim=-1)
 
 
 def concat_outputs(parts: list[NodeOutputs], hidden: int, with_probabilities: bool, num_classes: int) -> NodeOutputs:

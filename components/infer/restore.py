@@ -66,15 +66,9 @@ def restore_model(model: storage.PublishedOutput, schema: GraphSchema, config: G
             f"{model.root} was trained on partitions sampled in direction {raw['edge_dir']!r}, these sample {edge_dir!r}: "
             "partition with the same partition.edge_assignment as for training"
         )
-    built = model_config(config, spec)
-    if schema.task_type == "node_classification":
-        from components.train.node_task import build_node_classifier
+    from components.gnn.build import build_model
 
-        module = build_node_classifier(schema, built, raw["edge_dir"])
-    else:
-        from components.train.link_task import build_link_predictor
-
-        module = build_link_predictor(schema, built, raw["edge_dir"])
+    module = build_model(schema, model_config(config, spec), raw["edge_dir"])
     source = model.uri(MODEL_FILE)
     try:
         state = torch.load(io.BytesIO(model.read_bytes(MODEL_FILE)), map_location="cpu", weights_only=True)

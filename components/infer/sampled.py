@@ -12,25 +12,20 @@ import torch
 from components.infer.outputs import NodeOutputs, class_probabilities, concat_outputs
 from components.infer.restore import RestoredModel
 from components.partition.dataset import edge_type_tuple
+from components.partition.partitioner import stored_edge_types
 from components.partition.store import StoredPartition
 from components.runlog import rate
-from components.train.sampling import SamplingSetup, node_loader
+from components.gnn.sampling import SamplingSetup, node_loader
 
 log = logging.getLogger("gnnflow.infer")
 
 
-def _embed_batch(model: torch.nn.Module, batch, node_type: str, hetero: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(global ids (b,), embeddings (b, hidden)) of the seeds of one GLT batch.
-
-    The encoder is called directly rather than ``model.embed``: a heterogeneous classifier's
-    ``embed`` keeps only the target type, and every type is wanted here.
-    """
-    if hetero:
-        seeds = batch[node_type]
-        size = int(seeds.batch_size)
-        return seeds.node[:size], model.encoder(batch.x_dict, batch.edge_index_dict)[node_type][:size]
-    size = int(batch.batch_size)
-    return batch.node[:size], model.encoder(batch.x, batch.edge_index)[:size]
+def _embed_batch(model: torch.nn.Module, batch, node_type: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(global ids (b,), embeddings (b, hidden)) of the seeds of one GLT batch (every type is
+    encoded; a classifier's forward would keep only its target type)."""
+    seeds = batch[node_type] if hasattr(batch, "node_types") else batch
+    size = int(seeds.batch_size)
+    return seeds.node[:size], model.encoder.encode_batch(batch)[node_type][:size]
 
 
 def sampling_types(stored_edge_types: Iterable[str], edge_dir: str) -> set[str]:
@@ -40,10 +35,11 @@ def sampling_types(stored_edge_types: Iterable[str], edge_dir: str) -> set[str]:
     return {src if edge_dir == "out" else dst for src, _, dst in ends}
 
 
-def _without_neighbours(model: torch.nn.Module, features: torch.Tensor, node_type: str) -> torch.Tensor:
-    """(n, hidden) embeddings of nodes of a type no edge reaches: the encoder on their own
-    (n, d) features, as on a sampled subgraph of seeds only (which GLT cannot batch)."""
-    return model.encoder({node_type: features.to(torch.float32)}, {})[node_type]
+def _without_neighbours(model: torch.nn.Module, part: StoredPartition, node_type: str) -> torch.Tensor:
+    """(n, hidden) embeddings of this partition's nodes of a type no edge reaches: the encoder on
+    their own features (or learnt embeddings), as on a subgraph of seeds only (which GLT cannot batch)."""
+    nodes = part.nodes[node_type]
+    return model.encoder({node_type: nodes["features"].to(torch.float32)}, {}, {node_type: nodes["node_id"]})[node_type]
 
 
 @torch.no_grad()
@@ -60,12 +56,12 @@ def sampled_outputs(setup: SamplingSetup, dataset, part: StoredPartition, model:
     classify = model.task_type == "node_classification"
     num_classes = schema.node_types[schema.target].num_classes if classify else 0
     results: dict[str, NodeOutputs] = {}
-    sampled = sampling_types(part.metadata.edge_counts, setup.edge_dir)
+    sampled = sampling_types(stored_edge_types(schema), setup.edge_dir)
     for node_type in schema.node_types:
         own = part.nodes[node_type]["node_id"]
         with_probabilities = classify and node_type == schema.target
         if node_type not in sampled:
-            embeddings = _without_neighbours(module, part.nodes[node_type]["features"], node_type)
+            embeddings = _without_neighbours(module, part, node_type)
             probabilities = class_probabilities(module, embeddings) if with_probabilities else None
             results[node_type] = NodeOutputs(own.clone(), embeddings, probabilities)
             log.info("rank %d: %s: %d nodes embedded from their own features (no edges to sample in direction %r)",
@@ -75,7 +71,7 @@ def sampled_outputs(setup: SamplingSetup, dataset, part: StoredPartition, model:
         loader = node_loader(setup, dataset, (node_type, seeds) if hetero else seeds, batch_size=batch_size, shuffle=False)
         start, pieces = time.perf_counter(), []
         for batch in loader:
-            ids, embeddings = _embed_batch(module, batch, node_type, hetero)
+            ids, embeddings = _embed_batch(module, batch, node_type)
             probabilities = class_probabilities(module, embeddings) if with_probabilities else None
             pieces.append(NodeOutputs(ids.clone(), embeddings, probabilities))
         loader.shutdown()

@@ -17,13 +17,13 @@ publishes once all have finished)::
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 import torch
 import torch.distributed as dist
 
@@ -36,13 +36,15 @@ from components.infer.link_eval import link_metrics, own_embeddings
 from components.infer.metrics import shard_confusion
 from components.infer.shards import embedding_matrix
 from components.infer.outputs import NodeOutputs
+from components.infer.retrieval import OwnNodes, write_retrieval
+from components.infer.retrieval_metrics import retrieval_metrics
 from components.infer.restore import RestoredModel, model_config, restore_model
 from components.launcher import WorkerContext, launch_staged
 from components.partition.step import STEP as PARTITION_STEP
 from components.partition.store import StoredPartition, read_metadata, read_original_ids, read_partition
-from components.schema import NO_LABEL, SPLIT_CODES
 from components.train.step import STEP as TRAIN_STEP
-from components.train.metrics import all_sum, classification_metrics
+from components.gnn.link_labels import hard_negative_pairs, positive_pairs, training_edges
+from components.gnn.metrics import all_sum, classification_metrics
 
 log = logging.getLogger("gnnflow.infer")
 
@@ -62,29 +64,16 @@ class InferJob:
     mode: str
 
 
-def message_edges(part: StoredPartition) -> dict[str, torch.Tensor] | None:
-    """Edge masks per type of the graph messages flow over (None: every edge).
+def message_edges(part: StoredPartition, world_size: int) -> dict[str, torch.Tensor] | None:
+    """Edge masks per type of the graph messages flow over (None: every edge); collective.
 
-    Link prediction holds out the target type's validation and test edges, as training did:
-    embeddings that saw a test edge would score it too well.
+    Link prediction holds out the validation and test positives, as training did: embeddings
+    that saw a test edge would score it too well.
     """
     schema = part.metadata.schema
     if schema.task_type != "link_prediction":
         return None
-    from components.train.link_task import training_edges
-
-    return training_edges(part, schema.target)
-
-
-def _labelled_everywhere(part: StoredPartition) -> StoredPartition:
-    """``part`` with a placeholder label (-1) on node types that have none.
-
-    GLT fetches the labels of a loader's seed type like features, from their owners, and fails
-    on a type without them; inference seeds every type, training only the labelled target.
-    """
-    nodes = {t: v if "label" in v else {**v, "label": torch.full((len(v["node_id"]),), NO_LABEL, dtype=torch.int64)}
-             for t, v in part.nodes.items()}
-    return dataclasses.replace(part, nodes=nodes)
+    return training_edges(part, schema, world_size)
 
 
 def _sampled(ctx: WorkerContext, job: InferJob, part: StoredPartition, model: RestoredModel) -> dict[str, NodeOutputs]:
@@ -92,13 +81,13 @@ def _sampled(ctx: WorkerContext, job: InferJob, part: StoredPartition, model: Re
 
     from components.infer.sampled import sampled_outputs
     from components.partition.dataset import to_dist_dataset
-    from components.train.sampling import RPC_THREADS, SamplingSetup
+    from components.gnn.sampling import RPC_THREADS, SamplingSetup
 
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
-    dataset = to_dist_dataset(_labelled_everywhere(part), edge_filter=message_edges(part))
+    dataset = to_dist_dataset(part, edge_filter=message_edges(part, ctx.world_size))
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-infer")
     ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=300)
-    outputs = sampled_outputs(SamplingSetup(ctx, job.config.training, edge_dir), dataset, part, model, job.config.training.eval_batch_size)
+    outputs = sampled_outputs(SamplingSetup.of(ctx, job.config, part.metadata.schema, edge_dir), dataset, part, model, job.config.training.eval_batch_size)
     glt.distributed.barrier()  # peers may still sample from this partition
     glt.distributed.shutdown_rpc()
     return outputs
@@ -145,10 +134,25 @@ def _link_metrics(staging: storage.OutputStaging, part: StoredPartition, origina
         nodes = part.nodes[node_type]
         embeddings[node_type] = own_embeddings(own, part.metadata.node_counts[node_type], part.index, nodes["source_id"],
                                                nodes["node_id"], ctx.world_size)
-    tensors = part.edges[schema.target]
-    test = (tensors["split"] == SPLIT_CODES["test"]) & (tensors["source_edge_id"] < edge.count)  # each undirected edge once
-    return link_metrics(model.module, embeddings[edge.src_type], embeddings[edge.dst_type], tensors["edge_index"][:, test],
-                        tensors["source_edge_id"][test], seed, ctx.world_size)
+    positives, edge_ids = positive_pairs(part, "test")
+    return link_metrics(model.module, embeddings[edge.src_type], embeddings[edge.dst_type], positives, edge_ids, seed,
+                        ctx.world_size, hard_negative_pairs(part, "test"))
+
+
+def _retrieval(staging: storage.OutputStaging, part: StoredPartition, outputs: dict[str, NodeOutputs], originals: dict,
+               ctx: WorkerContext, config: GnnflowConfig) -> dict:
+    """Writes this worker's candidates and index shard, then scores them from the files (collective)."""
+    schema = part.metadata.schema
+    edge = schema.edge_types[schema.target]
+
+    def own(node_type: str) -> OwnNodes:
+        out = outputs[node_type]
+        return OwnNodes(out.node_ids, out.embeddings, pa.array(originals[node_type][(out.node_ids - part.node_offset(node_type)).numpy()], pa.string()))
+
+    figures = write_retrieval(staging, ctx.rank, own(edge.src_type), own(edge.dst_type), part.metadata.node_counts[edge.dst_type],
+                              config.retrieval, edge.src_type == edge.dst_type, ctx.world_size)
+    return figures | retrieval_metrics(staging, ctx.rank, positive_pairs(part, "test")[0], part.metadata.node_counts, originals, edge.src_type,
+                                       edge.dst_type, figures["retrieval_k"], ctx.world_size)
 
 
 def _write_shards(staging: storage.OutputStaging, part: StoredPartition, outputs: dict[str, NodeOutputs], originals: dict, rank: int) -> None:
@@ -181,7 +185,7 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     model = restore_model(storage.open_published(job.model, step=TRAIN_STEP), schema, job.config, edge_dir)
     start = time.perf_counter()
     if job.mode == "exact":
-        keep = message_edges(part)
+        keep = message_edges(part, ctx.world_size)
         outputs = exact_outputs(part, model, ctx.rank, keep[schema.target] if keep else None)
     else:
         outputs = _sampled(ctx, job, part, model)
@@ -189,13 +193,14 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     _check_complete(outputs, part)
     originals = {t: read_original_ids(partitions, ctx.rank, t) for t in schema.node_types}  # this partition's only
     _write_shards(staging, part, outputs, originals, ctx.rank)
+    retrieval = _retrieval(staging, part, outputs, originals, ctx, job.config) if job.config.retrieval_on else {}
     # After this every shard is written: rank 0 may read any of them.
     gathered: list = [None] * ctx.world_size
     dist.all_gather_object(gathered, (staging.entries, {t: len(o.node_ids) for t, o in outputs.items()}, seconds))
     if schema.task_type == "node_classification":
         metrics = _classification_metrics(staging, part, originals, ctx.rank)
     else:
-        metrics = _link_metrics(staging, part, originals, model, ctx, job.config.training.seed)
+        metrics = _link_metrics(staging, part, originals, model, ctx, job.config.training.seed) | retrieval
     if ctx.rank != 0:
         dist.barrier()  # nobody leaves while rank 0 may still talk to it
         return None
@@ -233,12 +238,14 @@ def infer(config: GnnflowConfig, partitions_uri: storage.Uri | str, model_uri: s
                            f"infer runs one worker per partition (set resources.world_size or --world-size to {metadata.num_partitions})")
     if mode == "exact" and schema.is_heterogeneous:
         raise GnnflowError(f"--mode exact supports homogeneous graphs; {partitions.root} holds {len(schema.node_types)} node types "
-                           f"and {len(schema.edge_types)} edge types: use --mode sampled")
+                           f"and {len(schema.message_edge_types)} edge types: use --mode sampled")
     restored = restore_model(model_output, schema, config, "out" if metadata.edge_assignment == "src" else "in")
     if mode == "exact":
         check_encoder(restored.module.encoder)
-    if mode == "sampled" and len(config.training.fan_outs) != restored.spec.num_layers:
-        raise GnnflowError(f"training.fan_outs has {len(config.training.fan_outs)} entries, the model has {restored.spec.num_layers} "
+    fan_outs = config.training.fan_outs
+    lengths = {len(v) for v in (fan_outs.values() if isinstance(fan_outs, dict) else [fan_outs])}
+    if mode == "sampled" and lengths != {restored.spec.num_layers}:
+        raise GnnflowError(f"training.fan_outs has {'/'.join(map(str, sorted(lengths)))} entries, the model has {restored.spec.num_layers} "
                            "layers: give one fan-out per layer")
     if restored.spec != config.model:
         log.warning("the config's model section differs from the one %s was trained with; using the trained one", model_output.root)

@@ -99,7 +99,7 @@ def propagated_assignment(graph: LoadedGraph, metadata: GraphSchema, world_size:
         voters: dict[str, list[torch.Tensor]] = {t: [] for t in metadata.node_types}
         choices: dict[str, list[torch.Tensor]] = {t: [] for t in metadata.node_types}
         cut = 0
-        for name, edge in metadata.edge_types.items():
+        for name, edge in metadata.message_edge_types.items():
             src, dst = graph.edges[name]["src"], graph.edges[name]["dst"]
             src_part, dst_part = homes.lookup(edge.src_type, src), homes.lookup(edge.dst_type, dst)
             cut += int((src_part != dst_part).sum())
@@ -124,7 +124,7 @@ def propagated_assignment(graph: LoadedGraph, metadata: GraphSchema, world_size:
             go = _uniform(homes.ids[node_type][rows], seed, r) < chance[best]
             current[rows[go]] = best[go]
             moved += all_sum_int(int(go.sum()))
-        total_edges = sum(e.count for e in metadata.edge_types.values())
+        total_edges = sum(e.count for e in metadata.message_edge_types.values())
         cut = all_sum_int(cut)
         if dist.get_rank() == 0:
             log.info("label propagation round %d/%d: %.1f%% of edges cut before it, %d node(s) moved", r + 1, rounds,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from components.partition.books import range_ends
+from components.partition.partitioner import stored_edge_types
 from components.partition.store import StoredPartition
 from components.schema import SPLIT_CODES
 
@@ -49,20 +50,25 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
     meta = part.metadata
     hetero = meta.schema.is_heterogeneous
 
+    messages = stored_edge_types(meta.schema)  # label edge tables carry no messages: not in GLT's graph
     edge_index, edge_ids = {}, {}
-    for name, tensors in part.edges.items():
+    for name in messages:
+        tensors = part.edges[name]
         keep = edge_filter.get(name) if edge_filter else None
         edge_index[edge_type_tuple(name)] = tensors["edge_index"] if keep is None else tensors["edge_index"][:, keep]
         edge_ids[edge_type_tuple(name)] = tensors["edge_id"] if keep is None else tensors["edge_id"][keep]
     node_pb = {t: RangeBook(range_ends(c), part.index) for t, c in meta.node_counts.items()}
     # Only edge features are looked up by edge id across partitions: types without them get no book.
-    edge_pb = {edge_type_tuple(t): RangeBook(range_ends(c), part.index) for t, c in meta.edge_counts.items()
+    edge_pb = {edge_type_tuple(t): RangeBook(range_ends(meta.edge_counts[t]), part.index) for t in messages
                if part.edges[t]["features"].shape[1]}
     features = {t: v["features"] for t, v in part.nodes.items()}
     id2idx = {t: node_pb[t].id2index for t in part.nodes}
     # Labels are fetched like features (from their owner), which needs a 2-D (n, 1) tensor;
     # batches then carry y of shape (batch nodes, 1).
-    labels = {t: v["label"].reshape(-1, 1) for t, v in part.nodes.items() if "label" in v}
+    # GLT's heterogeneous sampler fetches the labels of a loader's seed type and fails on a type
+    # without any (link prediction seeds by edge, inference every type): those get -1 placeholders.
+    labels = {t: (v["label"] if "label" in v else torch.full((len(v["node_id"]),), -1, dtype=torch.int64)).reshape(-1, 1)
+              for t, v in part.nodes.items() if "label" in v or hetero}
     splits = node_splits(part)
 
     def plain(d: dict):  # the homogeneous form is the single value
@@ -81,5 +87,10 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
     if labels:
         label_ids = {t: id2idx[t] for t in labels}
         dataset.init_node_labels(node_label_data=plain(labels), id2idx=plain(label_ids))
+    if edge_pb:
+        edge_features = {edge_type_tuple(t): part.edges[t]["features"].to(torch.float32) for t in messages
+                         if edge_type_tuple(t) in edge_pb}
+        dataset.init_edge_features(edge_feature_data=plain(edge_features), id2idx=plain({e: edge_pb[e].id2index for e in edge_pb}),
+                                   with_gpu=False)
     dataset.init_node_split((plain(splits.train), plain(splits.val), plain(splits.test)))
     return dataset

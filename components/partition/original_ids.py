@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import torch
 
 from components import storage
-from components.collectives import all_sum_int, exchange
+from components.collectives import all_sum_int, exchange, exchange_strings
 from components.errors import GnnflowError
 from components.partition.books import range_ends, range_owner
 from components.partition.partitioner import GraphPartition
@@ -36,23 +36,6 @@ def _read_my_id_maps(serialized: storage.PublishedOutput, files: list[str], rank
     return torch.from_numpy(table.column("node_id").to_numpy().astype(np.int64)), originals
 
 
-def _send_strings(strings: pa.Array, destination: torch.Tensor, world_size: int) -> tuple[torch.Tensor, pa.Array]:
-    """Moves ``strings[i]`` to worker ``destination[i]``; returns (the order rows were sent in,
-    the strings received), grouped by sender as :func:`~components.collectives.exchange` groups rows."""
-    order = torch.argsort(destination, stable=True)
-    ordered = strings.cast(pa.large_string()).take(pa.array(order.numpy()))  # a fresh array: offset 0
-    offsets = np.frombuffer(ordered.buffers()[1], dtype=np.int64)[: len(ordered) + 1] if len(ordered) else np.zeros(1, np.int64)
-    data = np.frombuffer(ordered.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]] if len(ordered) else np.zeros(0, np.uint8)
-    lengths = torch.from_numpy(np.diff(offsets))
-    got = exchange({"length": lengths}, destination[order], world_size)["length"]
-    byte_owner = torch.repeat_interleave(destination[order], lengths)
-    got_bytes = exchange({"byte": torch.from_numpy(data.copy())}, byte_owner, world_size)["byte"]
-    got_offsets = np.zeros(len(got) + 1, dtype=np.int64)
-    np.cumsum(got.numpy(), out=got_offsets[1:])
-    received = pa.LargeStringArray.from_buffers(len(got), pa.py_buffer(got_offsets), pa.py_buffer(got_bytes.numpy()))
-    return order, received.cast(pa.string())
-
-
 def write_original_ids(serialized: storage.PublishedOutput, metadata: GraphSchema, part: GraphPartition,
                        staging: storage.OutputStaging, folder: str) -> dict[str, storage.FileEntry]:
     """Collective: routes every original id to its partition and writes this worker's files."""
@@ -66,7 +49,7 @@ def write_original_ids(serialized: storage.PublishedOutput, metadata: GraphSchem
         if unknown:
             raise GnnflowError(f"the id map of node type {name!r} holds {unknown} id(s) that are not nodes of the graph")
         owner = range_owner(new, range_ends(part.node_counts[name]))
-        order, received = _send_strings(originals, owner, part.num_partitions)
+        order, received = exchange_strings(originals, owner, part.num_partitions)
         ids = exchange({"node_id": new[order]}, owner[order], part.num_partitions)["node_id"]
         own = part.node_counts[name][part.index]
         missing = all_sum_int(int(len(ids) != own or len(torch.unique(ids)) != own))

@@ -93,16 +93,21 @@ def check_nodes(graph: LoadedGraph, metadata: GraphSchema) -> None:
 def stored_edge_types(metadata: GraphSchema) -> dict[str, tuple[str, str, str]]:
     """Every edge type a partition stores, name → (src type, relation, dst type).
 
-    The schema's types, plus ``<dst>__rev_<relation>__<src>`` for each undirected edge type
+    The schema's message edge types (label edge tables are stored too, but carry no messages), plus ``<dst>__rev_<relation>__<src>`` for each undirected edge type
     between two different node types (its rows reversed, same edge ids): GLT samples along
     stored edges only, so without it nodes at the destination end never reach the sources.
     """
     types: dict[str, tuple[str, str, str]] = {}
-    for name, edge in metadata.edge_types.items():
+    for name, edge in metadata.message_edge_types.items():
         types[name] = (edge.src_type, edge.relation, edge.dst_type)
         if edge.undirected and edge.src_type != edge.dst_type:
             types[f"{edge.dst_type}__rev_{edge.relation}__{edge.src_type}"] = (edge.dst_type, f"rev_{edge.relation}", edge.src_type)
     return types
+
+
+def label_edge_types(metadata: GraphSchema) -> list[str]:
+    """The label edge tables a partition stores beside its message edges (with their anchors)."""
+    return [name for name, e in metadata.edge_types.items() if e.role != "message"]
 
 
 def check_edges(graph: LoadedGraph, metadata: GraphSchema) -> None:
@@ -129,7 +134,8 @@ def partition_edges(graph: LoadedGraph, metadata: GraphSchema, by: str, part: Gr
             src, dst = torch.cat([src, dst]), torch.cat([dst, src])
             eid = torch.cat([eid, eid + edge.count])
             rows = {k: torch.cat([v, v]) for k, v in rows.items()}
-        _store_edges(name, (edge.src_type, edge.dst_type), src, dst, eid, rows, by, part)
+        # Label pairs live with their anchor (source), whatever the message edges do.
+        _store_edges(name, (edge.src_type, edge.dst_type), src, dst, eid, rows, by if edge.role == "message" else "src", part)
         if edge.undirected and edge.src_type != edge.dst_type:
             reverse = f"{edge.dst_type}__rev_{edge.relation}__{edge.src_type}"
             _store_edges(reverse, (edge.dst_type, edge.src_type), dst, src, eid, rows, by, part)

@@ -19,7 +19,7 @@ from components import storage
 from components.config import PartitionSpec
 from components.launcher import WorkerContext, launch_staged
 from components.partition.loading import load_graph
-from components.partition.partitioner import partition_graph, stored_edge_types
+from components.partition.partitioner import label_edge_types, partition_graph, stored_edge_types
 from components.partition.original_ids import write_original_ids
 from components.partition.store import METADATA_FILE, PartitionMetadata, part_folder, write_partition
 from components.serialize.step import STEP as SERIALIZE_STEP
@@ -72,7 +72,7 @@ def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage
         num_partitions=ctx.world_size,
         edge_assignment=job.options.edge_assignment,
         node_counts={t: part.node_counts[t] for t in metadata.node_types},
-        edge_counts={t: part.edge_counts[t] for t in stored_edge_types(metadata)},
+        edge_counts={t: part.edge_counts[t] for t in [*stored_edge_types(metadata), *label_edge_types(metadata)]},
         graph=json.loads(metadata.to_json()),
         method=job.options.method,
         edge_cut={t: part.cut_edges[t] / max(sum(part.edge_counts[t]), 1) for t in stored_edge_types(metadata)},

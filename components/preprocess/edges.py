@@ -93,11 +93,12 @@ def edge_type_schema(
         dst_type=spec.dst_type,
         count=count,
         feature_names=[n for f in features for n in f.output_names],
-        undirected=spec.undirected,
+        undirected=spec.undirected and spec.role == "message",  # a label is one (anchor, candidate) pair
         split_sizes=split_sizes or {},
         files=files,
         dropped_unknown_endpoints=dropped,
         file_rows=file_rows,
+        role=spec.role,
     )
 
 

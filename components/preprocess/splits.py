@@ -1,5 +1,5 @@
 """Which table the task's split applies to: the target node type (classification) or the
-target edge type (link prediction); every other table gets no split."""
+target edge type and its label edge tables (link prediction); every other table gets no split."""
 
 from __future__ import annotations
 
@@ -13,4 +13,5 @@ def node_split(config: GnnflowConfig, node_type: str) -> SplitSpec | None:
 
 def edge_split(config: GnnflowConfig, spec: EdgeTableSpec) -> SplitSpec | None:
     task = config.task
-    return task.split if task.type == "link_prediction" and spec.name == config.task_target else None
+    # Label edge tables (positive and negative pairs of the target) are split like the target.
+    return task.split if task.type == "link_prediction" and (spec.name == config.task_target or spec.role != "message") else None

@@ -1,4 +1,4 @@
-"""Step ``train``: N workers sample their partitions with GLT and train one GraphSAGE model under
+"""Step ``train``: N workers sample their partitions with GLT and train one model (``model.type``) under
 DistributedDataParallel; rank 0 checkpoints every epoch and writes the model and metrics.
 
 Output (published atomically)::
@@ -30,9 +30,12 @@ from components.partition.dataset import node_splits, to_dist_dataset
 from components.partition.step import STEP as PARTITION_STEP
 from components.partition.store import read_partition
 from components.train import checkpoint
-from components.train.link_task import LinkTask, build_link_predictor, training_edges
-from components.train.node_task import NodeTask, build_node_classifier
-from components.train.sampling import RPC_THREADS, SamplingSetup
+from components.gnn.build import build_model
+from components.gnn.link_labels import training_edges
+from components.gnn.link_task import LinkTask
+from components.gnn.model import HomogeneousSAGE
+from components.gnn.node_task import NodeTask
+from components.gnn.sampling import RPC_THREADS, SamplingSetup
 
 log = logging.getLogger("gnnflow.train")
 
@@ -70,15 +73,16 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
     schema = part.metadata.schema
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     link = schema.task_type == "link_prediction"
-    dataset = to_dist_dataset(part, edge_filter=training_edges(part, schema.target) if link else None)
+    dataset = to_dist_dataset(part, edge_filter=training_edges(part, schema, ctx.world_size) if link else None)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-train")
     ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=300)
-    setup = SamplingSetup(ctx, config.training, edge_dir)
+    setup = SamplingSetup.of(ctx, config, schema, edge_dir)
     task = LinkTask(setup, dataset, part, config) if link else NodeTask(setup, dataset, part, node_splits(part), config)
     part.edges.clear()  # GLT holds its own adjacency now: keep one copy of the partition's topology, not two
     _seed_everything(config.training.seed)
-    model = (build_link_predictor if link else build_node_classifier)(schema, config, edge_dir)
-    ddp = DistributedDataParallel(model, find_unused_parameters=schema.is_heterogeneous)
+    model = build_model(schema, config, edge_dir)
+    # Typed encoders leave parameters unused in a batch (an edge type or node type it lacks).
+    ddp = DistributedDataParallel(model, find_unused_parameters=not isinstance(model.encoder, HomogeneousSAGE))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
     output = storage.parse_uri(job.output)
     fingerprint = checkpoint.fingerprint(config, partitions.manifest.generation, ctx.world_size)

@@ -14,12 +14,18 @@
    memory: a subprocess that had not yet woken then reads "not released", waits forever, and
    the trainer waits for its batches. ``start_barriers_kept`` and ``keep_with`` keep each such
    barrier as long as its loader.
-3. A multiprocess loader's shared-memory channel holds ``num_workers * worker_concurrency``
+3. Link sampling over an edge type within one node type of a heterogeneous graph (paper cites
+   paper beside paper has_word word) passes its output through ``format_hetero_sampler_output``,
+   which sorts each type's node list (``unique()``) without renumbering the sampled edges or
+   the labelled pairs that point into it: every batch's subgraph and positives then name the
+   wrong nodes (ROC-AUC stays at 0.5). The replacement keeps the sampler's order (seeds first)
+   and, should a list hold a node twice, keeps its first place and renumbers the edges.
+4. A multiprocess loader's shared-memory channel holds ``num_workers * worker_concurrency``
    messages; with one subprocess and concurrency 1 that is one message, and the channel never
    delivers. This one needs no patch: ``sampling.py`` sets ``channel_capacity`` itself
    (``CHANNEL_BATCHES_PER_SUBPROCESS``).
 
-Fixes 1 and 2 replace private functions of GLT, so :func:`install` refuses any GLT release but
+Fixes 1 to 3 replace private functions of GLT, so :func:`install` refuses any GLT release but
 the one they were written against.
 """
 
@@ -47,7 +53,7 @@ def check_version(installed: str | None = None) -> None:
             installed = "none"
     if installed != GLT_VERSION:
         raise GnnflowError(
-            f"graphlearn-torch {installed} is installed, but gnnflow's GLT fixes (components/train/glt_compat.py) "
+            f"graphlearn-torch {installed} is installed, but gnnflow's GLT fixes (components/gnn/glt_compat.py) "
             f"replace private functions of {GLT_VERSION}: install graphlearn-torch=={GLT_VERSION} (requirements/lock.txt)"
         )
 
@@ -74,8 +80,39 @@ def install() -> None:
         return await sample_one_hop(self, srcs, num_nbr, etype)
 
     DistNeighborSampler._sample_one_hop = sample_one_hop_or_nothing
+    import graphlearn_torch.distributed.dist_neighbor_sampler as dist_sampler_module
+    import graphlearn_torch.sampler.neighbor_sampler as sampler_module
+
+    dist_sampler_module.format_hetero_sampler_output = format_in_sampled_order
+    sampler_module.format_hetero_sampler_output = format_in_sampled_order
     ForkingPickler.register(MpDistSamplingWorkerOptions, lambda options: (_options_with_fixes, (options.__dict__,)))
     _INSTALLED = True
+
+
+def format_in_sampled_order(sample, edge_dir: str = "out"):
+    """Fix 3: GLT's ``format_hetero_sampler_output`` without reordering the node lists that the
+    sample's edges (``row``/``col``, positions in ``node``) and labelled pairs index into."""
+    from graphlearn_torch.typing import reverse_edge_type
+
+    for node_type, nodes in sample.node.items():
+        unique, inverse = nodes.unique(return_inverse=True)
+        if len(unique) == len(nodes):
+            continue
+        positions = torch.arange(len(nodes))
+        first = torch.full((len(unique),), len(nodes), dtype=torch.int64).scatter_reduce(0, inverse, positions, "amin")
+        order = torch.argsort(first)
+        place = torch.empty_like(order)
+        place[order] = torch.arange(len(order))
+        renumber = place[inverse]  # old position → position in the de-duplicated list
+        sample.node[node_type] = unique[order]
+        for edge_type in list(sample.row):
+            if edge_type[0] == node_type:
+                sample.row[edge_type] = renumber[sample.row[edge_type]]
+            if edge_type[-1] == node_type:
+                sample.col[edge_type] = renumber[sample.col[edge_type]]
+    if sample.edge_types is not None and edge_dir == "out":
+        sample.edge_types = [reverse_edge_type(e) if e[0] != e[-1] else e for e in sample.edge_types]
+    return sample
 
 
 def _options_with_fixes(state: dict):

@@ -8,10 +8,14 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from components.config import TrainingSpec
+from components.config import GnnflowConfig, TrainingSpec
+from components.gnn import glt_compat
+from components.gnn.build import forward_edge_name, uses_edge_features
+from components.gnn.model import EdgeType
 from components.launcher import WorkerContext
 from components.partition.dataset import edge_type_tuple
-from components.train import glt_compat
+from components.partition.partitioner import stored_edge_types
+from components.schema import GraphSchema
 
 # GLT serves remote sampling requests on its RPC threads, and its samplers draw from one random
 # engine per thread (seeded from training.seed). With several threads, which thread serves which
@@ -29,6 +33,19 @@ class SamplingSetup:
     ctx: WorkerContext
     training: TrainingSpec
     edge_dir: str  # "out" when partitions hold edges by source, else "in"
+    fan_outs: list[int] | dict[EdgeType, list[int]]  # per hop; per stored edge type on heterogeneous graphs
+    with_edge: bool = False  # batches carry edge ids and edge features
+
+    @staticmethod
+    def of(ctx: WorkerContext, config: GnnflowConfig, schema: GraphSchema, edge_dir: str) -> "SamplingSetup":
+        """The setup for ``schema``'s graph: ``training.fan_outs`` resolved per stored edge type."""
+        if schema.is_heterogeneous:
+            fan_outs: list[int] | dict[EdgeType, list[int]] = {
+                edge_type_tuple(name): config.fan_outs_of(forward_edge_name(name)) for name in stored_edge_types(schema)
+            }
+        else:
+            fan_outs = config.fan_outs_of(next(iter(schema.message_edge_types)))
+        return SamplingSetup(ctx, config.training, edge_dir, fan_outs, uses_edge_features(schema, config))
 
     def worker_options(self):
         """GLT's options for one loader; collective in multiprocess mode (every rank calls it)."""
@@ -70,7 +87,7 @@ class SamplingSetup:
 
 
 def node_loader(setup: SamplingSetup, dataset, seeds: torch.Tensor | tuple[str, torch.Tensor], *, batch_size: int,
-                shuffle: bool, fan_outs: list[int] | None = None):
+                shuffle: bool, fan_outs: list[int] | dict[EdgeType, list[int]] | None = None):
     """Mini-batches of the sampled neighbourhoods of ``seeds`` (global ids owned by this worker)."""
     import graphlearn_torch as glt
 
@@ -78,24 +95,27 @@ def node_loader(setup: SamplingSetup, dataset, seeds: torch.Tensor | tuple[str, 
 
     with glt_compat.start_barriers_kept() as kept:
         loader = glt.distributed.DistNeighborLoader(
-            dataset, fan_outs or setup.training.fan_outs, seeds, batch_size=batch_size, shuffle=shuffle,
+            dataset, fan_outs or setup.fan_outs, seeds, batch_size=batch_size, shuffle=shuffle, with_edge=setup.with_edge,
             collect_features=True, edge_dir=setup.edge_dir, random_seed=setup.training.seed + setup.ctx.rank,
             worker_options=setup.worker_options(),
         )
     return glt_compat.keep_with(loader, kept)
 
 
-def link_loader(setup: SamplingSetup, dataset, edge_type: str | None, pairs: torch.Tensor, *, shuffle: bool):
-    """Mini-batches of positive ``pairs`` (2, m) plus sampled negative pairs, labelled 1 / 0."""
+def link_loader(setup: SamplingSetup, dataset, edge_type: str | None, pairs: torch.Tensor, labels: torch.Tensor, *,
+                shuffle: bool, random_negatives: bool):
+    """Mini-batches of labelled ``pairs`` (2, m) (``labels`` (m,): 1 positive, 0 given negative),
+    plus, with ``random_negatives``, ``training.negative_ratio`` random pairs per pair labelled 0."""
     import graphlearn_torch as glt
 
     glt_compat.install()
 
     seeds = (edge_type_tuple(edge_type), pairs) if edge_type else pairs
+    negatives = glt.sampler.NegativeSampling("binary", setup.training.negative_ratio) if random_negatives else None
     with glt_compat.start_barriers_kept() as kept:
         loader = glt.distributed.DistLinkNeighborLoader(
-            dataset, setup.training.fan_outs, batch_size=setup.training.batch_size, edge_label_index=seeds,
-            neg_sampling=glt.sampler.NegativeSampling("binary", setup.training.negative_ratio), shuffle=shuffle,
+            dataset, setup.fan_outs, batch_size=setup.training.batch_size, edge_label_index=seeds, edge_label=labels,
+            with_edge=setup.with_edge, neg_sampling=negatives, shuffle=shuffle,
             collect_features=True, edge_dir=setup.edge_dir, random_seed=setup.training.seed + setup.ctx.rank,
             worker_options=setup.worker_options(),
         )

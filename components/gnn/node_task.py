@@ -14,30 +14,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from components.config import GnnflowConfig
 from components.partition.dataset import NodeSplits
-from components.partition.partitioner import stored_edge_types
 from components.partition.store import StoredPartition
 from components.runlog import progress
-from components.schema import GraphSchema
-from components.train.metrics import all_sum, classification_metrics, confusion_matrix
-from components.train.model import HeteroSAGE, NodeClassifier, homogeneous_encoder
-from components.train.sampling import RemoteCounter, SamplingSetup, node_loader
-
-
-def build_node_classifier(schema: GraphSchema, config: GnnflowConfig, edge_dir: str) -> NodeClassifier:
-    target = schema.node_types[schema.target]
-    spec = config.model
-    if not schema.is_heterogeneous:
-        return NodeClassifier(homogeneous_encoder(target.feature_dim, spec), spec.hidden_channels, target.num_classes)
-    # GLT hands out-edge samples as reversed edge types, so messages flow towards the seeds.
-    # GLT names out-edge samples by reverse_edge_type: (s, r, d) → (d, rev_r, s) across node
-    # types, unchanged within one; in-edge samples keep the stored name.
-    from graphlearn_torch.typing import reverse_edge_type
-
-    edge_types = list(stored_edge_types(schema).values())
-    if edge_dir == "out":
-        edge_types = [reverse_edge_type(e) for e in edge_types]
-    encoder = HeteroSAGE({t: n.feature_dim for t, n in schema.node_types.items()}, edge_types, spec)
-    return NodeClassifier(encoder, spec.hidden_channels, target.num_classes, target=schema.target)
+from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
+from components.gnn.sampling import RemoteCounter, SamplingSetup, node_loader
 
 
 @dataclass
@@ -76,12 +56,10 @@ class NodeTask:
             for name in ("train", "val", "test")
         }
 
-    def _inputs(self, batch) -> tuple:
-        """(x, edge_index, labels of the seeds, number of seeds) of a GLT batch."""
-        if self.hetero:
-            node = batch[self.target]
-            return batch.x_dict, batch.edge_index_dict, node.y.reshape(-1)[: node.batch_size], node.batch_size
-        return batch.x, batch.edge_index, batch.y.reshape(-1)[: batch.batch_size], batch.batch_size
+    def _seed_labels(self, batch) -> torch.Tensor:
+        """(batch_size,) labels of a GLT batch's seeds (the first nodes of the target type)."""
+        store = batch[self.target] if self.hetero else batch
+        return store.y.reshape(-1)[: store.batch_size]
 
     def train_epoch(self, model: nn.Module, optimizer: torch.optim.Optimizer, show_progress: bool) -> EpochResult:
         model.train()
@@ -107,9 +85,9 @@ class NodeTask:
     def _train_batches(self, model, optimizer, confusion, bar, stats: list, remote: RemoteCounter) -> None:
         for batch in self.loaders["train"]:
             remote.add(batch)
-            x, edge_index, y, size = self._inputs(batch)
+            y = self._seed_labels(batch)
             optimizer.zero_grad()
-            logits = model(x, edge_index)[:size]
+            logits = model(batch)[: len(y)]
             labelled = y >= 0
             loss = F.cross_entropy(logits[labelled], y[labelled])
             loss.backward()
@@ -126,8 +104,8 @@ class NodeTask:
         model.eval()
         confusion = torch.zeros((self.num_classes, self.num_classes), dtype=torch.int64)
         for batch in self.loaders[split]:
-            x, edge_index, y, size = self._inputs(batch)
-            pred = model(x, edge_index)[:size].argmax(-1)
+            y = self._seed_labels(batch)
+            pred = model(batch)[: len(y)].argmax(-1)
             labelled = y >= 0
             confusion += confusion_matrix(pred[labelled], y[labelled], self.num_classes)
         return classification_metrics(all_sum(confusion))

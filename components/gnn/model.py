@@ -1,0 +1,152 @@
+"""Encoders (GraphSAGE, GATv2, R-GCN over typed nodes and edges) with classification and link heads.
+
+Every encoder answers ``encode_batch(batch) -> {node type: (n_type, hidden) embeddings}`` for a
+GLT batch (a PyG ``Data`` or ``HeteroData`` of partition ids), so the tasks and inference handle
+homogeneous and heterogeneous graphs, and every model type, alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch_geometric.nn import GATv2Conv, GraphConv, HeteroConv, SAGEConv
+from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.models import MLP, GraphSAGE
+
+from components.config import ModelSpec
+
+EdgeType = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class NodeInput:
+    """What a node type brings to the encoder: ``feature_dim`` input features, or, when it has
+    none, a learnable embedding of each of its ``count`` nodes."""
+
+    feature_dim: int
+    count: int
+
+
+class HomogeneousSAGE(GraphSAGE):
+    """PyG's GraphSAGE stack ((n, in_dim) features, (2, e) edges → (n, hidden)) on one node type.
+
+    Kept as the plain stack so that exact inference can run its convolutions layer by layer.
+    """
+
+    def __init__(self, node_type: str, in_dim: int, spec: ModelSpec) -> None:
+        super().__init__(in_dim, spec.hidden_channels, spec.num_layers, dropout=spec.dropout, aggr=spec.aggregation)
+        self.node_type = node_type
+
+    def encode_batch(self, batch) -> dict[str, torch.Tensor]:
+        return {self.node_type: self(batch.x, batch.edge_index)}
+
+
+def _convolution(spec: ModelSpec, edge_dim: int) -> MessagePassing:
+    hidden = spec.hidden_channels
+    if spec.type == "gat":
+        # No self-loops (they do not exist between two node types); the residual keeps a node's own state.
+        return GATv2Conv(hidden, hidden // spec.attention_heads, heads=spec.attention_heads, add_self_loops=False,
+                         edge_dim=edge_dim or None, residual=True)
+    if spec.type == "rgcn":
+        return GraphConv(hidden, hidden, aggr=spec.aggregation)  # a weight per relation; summed over relations below
+    return SAGEConv(hidden, hidden, aggr=spec.aggregation)
+
+
+class HeteroEncoder(nn.Module):
+    """Message passing over typed nodes and edges: per layer one convolution per edge type
+    (``model.type``), summed over the edge types that reach a node type.
+
+    Node types with features are projected to ``hidden`` first; node types without get a
+    learnable embedding per node (looked up by partition id), so every type shares one space.
+    A homogeneous graph is the case of one node type and one edge type.
+
+    Args:
+        inputs: per node type, its feature width and node count.
+        edge_types: the edge types of the batches (as GLT names them).
+        edge_dims: feature width of the edge types that have edge features (used by ``gat``).
+    """
+
+    def __init__(self, inputs: dict[str, NodeInput], edge_types: list[EdgeType], spec: ModelSpec,
+                 edge_dims: dict[EdgeType, int] | None = None) -> None:
+        super().__init__()
+        edge_dims = edge_dims or {}
+        self.node_types, self.edge_types = list(inputs), list(edge_types)
+        self.project = nn.ModuleDict({t: nn.Linear(i.feature_dim, spec.hidden_channels) for t, i in inputs.items() if i.feature_dim})
+        self.embedding = nn.ModuleDict({t: nn.Embedding(i.count, spec.hidden_channels) for t, i in inputs.items() if not i.feature_dim})
+        self.convs = nn.ModuleList(
+            HeteroConv({e: _convolution(spec, edge_dims.get(e, 0)) for e in edge_types}, aggr="sum") for _ in range(spec.num_layers)
+        )
+        self.dropout = spec.dropout
+
+    def forward(self, x: dict[str, torch.Tensor], edge_index: dict[EdgeType, torch.Tensor], node: dict[str, torch.Tensor],
+                edge_attr: dict[EdgeType, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """x[type]: (n_type, d_type); node[type]: (n_type,) partition ids; edge_attr[etype]: (e, d_e)
+        → embeddings[type]: (n_type, hidden)."""
+        h = {t: self.project[t](x[t]) if t in self.project else self.embedding[t](node[t]) for t in node}
+        edge_index = {e: v for e, v in edge_index.items() if e[0] in h and e[2] in h}
+        extra = {"edge_attr_dict": {e: v for e, v in edge_attr.items() if e in edge_index}} if edge_attr else {}
+        for i, conv in enumerate(self.convs):
+            out = conv(h, edge_index, **extra)
+            h = {t: out.get(t, h[t]) for t in h}  # a type no edge reaches keeps its embedding
+            if i < len(self.convs) - 1:
+                h = {t: nn.functional.dropout(torch.relu(v), self.dropout, self.training) for t, v in h.items()}
+        return h
+
+    def encode_batch(self, batch) -> dict[str, torch.Tensor]:
+        if hasattr(batch, "node_types"):
+            stores = {t: batch[t] for t in batch.node_types if "node" in batch[t]}
+            x = {t: s.x.to(torch.float32) for t, s in stores.items() if "x" in s and t in self.project}
+            edge_attr = {e: batch[e].edge_attr.to(torch.float32) for e in batch.edge_types if batch[e].get("edge_attr") is not None}
+            return self(x, batch.edge_index_dict, {t: s.node for t, s in stores.items()}, edge_attr)
+        (node_type,), (edge_type,) = self.node_types, self.edge_types
+        x = {node_type: batch.x.to(torch.float32)} if node_type in self.project else {}
+        edge_attr = {edge_type: batch.edge_attr.to(torch.float32)} if batch.get("edge_attr") is not None else None
+        return self(x, {edge_type: batch.edge_index}, {node_type: batch.node}, edge_attr)
+
+
+def build_encoder(spec: ModelSpec, inputs: dict[str, NodeInput], edge_types: list[EdgeType],
+                  edge_dims: dict[EdgeType, int]) -> nn.Module:
+    """PyG's plain GraphSAGE stack where it fits (one featured node type, one edge type:
+    exact inference rebuilds it layer by layer), a ``HeteroEncoder`` otherwise."""
+    (node_type, node), *others = inputs.items()
+    if spec.type == "graphsage" and not others and len(edge_types) == 1 and node.feature_dim:
+        return HomogeneousSAGE(node_type, node.feature_dim, spec)
+    return HeteroEncoder(inputs, edge_types, spec, edge_dims)
+
+
+class NodeClassifier(nn.Module):
+    """Encoder + linear head over the ``target`` node type."""
+
+    def __init__(self, encoder: nn.Module, hidden: int, num_classes: int, target: str) -> None:
+        super().__init__()
+        self.encoder, self.head, self.target = encoder, nn.Linear(hidden, num_classes), target
+
+    def forward(self, batch) -> torch.Tensor:
+        """Logits (n_target, num_classes) of every target-type node of the batch (seeds first)."""
+        return self.classify(self.encoder.encode_batch(batch)[self.target])
+
+    def classify(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """(n, hidden) target-type embeddings → (n, num_classes) logits."""
+        return self.head(torch.relu(embeddings))
+
+
+class LinkPredictor(nn.Module):
+    """Encoder + edge scorer of ``target`` (src type, relation, dst type) edges: dot product of
+    the two embeddings, or an MLP of their product."""
+
+    def __init__(self, encoder: nn.Module, hidden: int, decoder: str, target: EdgeType) -> None:
+        super().__init__()
+        self.encoder, self.target = encoder, target
+        self.mlp = MLP([hidden, hidden, 1], dropout=0.0) if decoder == "mlp" else None
+
+    def score(self, z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
+        """(m, hidden) source and (m, hidden) destination embeddings → (m,) logits of the pairs."""
+        product = z_src * z_dst
+        return self.mlp(product).squeeze(-1) if self.mlp is not None else product.sum(-1)
+
+    def forward(self, batch, pairs: torch.Tensor) -> torch.Tensor:
+        """pairs: (2, m) batch-local indices [source-type node; destination-type node] → (m,) logits."""
+        z = self.encoder.encode_batch(batch)
+        return self.score(z[self.target[0]][pairs[0]], z[self.target[2]][pairs[1]])
