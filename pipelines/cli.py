@@ -53,6 +53,10 @@ def _run(args: argparse.Namespace) -> None:
     if args.via == "kfp-local":
         from pipelines import kfp_local
 
+        if args.force:
+            raise GnnflowError("--force has no effect with --via kfp-local: kfp.local runs every task on every run "
+                               "(only the plain local run skips steps whose output is up to date)")
+
         print(kfp_local.summary(kfp_local.run_from_cli(args.config, args.output, overrides, args.infer_mode)))
         return
     from pipelines.local_run import run, summary

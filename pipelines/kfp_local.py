@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from components import storage
-from components.config import GnnflowConfig, apply_overrides, load_config, resolve_config
+from components.config import GnnflowConfig, load_config, resolve_config
 from components.errors import GnnflowError
+from components.infer.layerwise import check_exact_config
 from components.infer.step import MODES
 from components.tables import tables_fingerprint
 from pipelines.local_run import metric_lines
@@ -47,6 +48,8 @@ def check_runnable(config: GnnflowConfig, infer_mode: str) -> None:
     """What would fail inside a task but can be known before any task starts."""
     if infer_mode not in MODES:
         raise GnnflowError(f"unknown inference mode {infer_mode!r}: choose one of {', '.join(MODES)}")
+    if infer_mode == "exact":
+        check_exact_config(config)
     if config.resources.runner != "local":
         raise GnnflowError(
             f"resources.runner is {config.resources.runner!r}, but kfp.local keeps every artifact on this machine, "
@@ -108,8 +111,4 @@ def run_from_cli(config_uri: str | None, output: str | None, overrides: dict[str
     if not isinstance(root, storage.LocalUri):
         raise GnnflowError(f"--via kfp-local writes under a local folder, not {root}: drop --via kfp-local for gs:// runs")
     config = config or demo_config(root)
-    if infer_mode == "exact":
-        from components.infer.layerwise import check_exact_config
-
-        check_exact_config(apply_overrides(config, overrides, "--set") if overrides else config)  # before any task starts
     return run_via_kfp_local(config.to_yaml(), overrides, root, infer_mode)

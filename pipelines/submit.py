@@ -103,7 +103,8 @@ class RunRequest:
     """What to run: a config file (local or gs://), its overrides and how the run is named.
 
     ``package`` is a compiled pipeline YAML; without it the pipeline is compiled for ``image``.
-    ``job_id`` (Vertex AI) makes a submission idempotent: the same id is never run twice.
+    ``job_id`` makes a submission idempotent: the same id is never run twice (Vertex AI: the
+    pipeline job id; KFP: a suffix of the run name, looked up in the experiment first).
     """
 
     config: str
@@ -350,18 +351,38 @@ def _vertex_pipeline_service(target: VertexTarget) -> Any:
                                  client_options={"api_endpoint": target.endpoint})
 
 
+def _kfp_run_named(client: Any, target: KfpTarget, run_name: str) -> Any | None:
+    """The run of ``target``'s experiment called ``run_name``, if one exists."""
+    try:
+        experiment = client.get_experiment(experiment_name=target.experiment, namespace=target.namespace)
+    except ValueError:  # no such experiment yet: no run either
+        return None
+    predicate = {"key": "display_name", "operation": "EQUALS", "string_value": run_name}
+    found = client.list_runs(experiment_id=experiment.experiment_id, namespace=target.namespace, page_size=1,
+                             filter=json.dumps({"predicates": [predicate]}))
+    return (found.runs or [None])[0]
+
+
 def _submit_kfp(target: KfpTarget, request: RunRequest, prepared: PreparedRun, package: str) -> SubmittedRun:
     client = kfp_client(target)
+    # KFP has no caller-chosen run ids: with a job id the run is named after it, and a run of
+    # that name in the experiment is the one already submitted (a redelivered trigger message).
+    run_name = f"{prepared.display_name}-{request.job_id}" if request.job_id else prepared.display_name
     try:
+        existing = _kfp_run_named(client, target, run_name) if request.job_id else None
+        if existing is not None:
+            log.info("KFP run %s (%s) exists already: not submitted again", run_name, existing.run_id)
+            url = f"{target.host.rstrip('/')}/#/runs/details/{existing.run_id}"
+            return SubmittedRun("kfp", existing.run_id, run_name, prepared.parameters, url)
         result = client.create_run_from_pipeline_package(
-            package, arguments=prepared.parameters, run_name=prepared.display_name, experiment_name=target.experiment,
+            package, arguments=prepared.parameters, run_name=run_name, experiment_name=target.experiment,
             namespace=target.namespace, pipeline_root=target.pipeline_root, enable_caching=request.enable_caching,
             service_account=target.service_account,
         )
     except Exception as exc:  # noqa: BLE001
         raise SubmissionError(f"KFP endpoint {target.host} refused run {prepared.display_name!r}: {api_message(exc)}", is_retryable(exc)) from exc
     url = f"{target.host.rstrip('/')}/#/runs/details/{result.run_id}"
-    return SubmittedRun("kfp", result.run_id, prepared.display_name, prepared.parameters, url)
+    return SubmittedRun("kfp", result.run_id, run_name, prepared.parameters, url)
 
 
 _VERTEX_DONE = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED", "PIPELINE_STATE_PAUSED"}

@@ -266,6 +266,16 @@ def add_kfp_routes(server: RecordingServer, run_states: Iterable[str] = ("SUCCEE
         runs[run["run_id"]] = run
         return 200, run
 
+    def list_runs(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        wanted = None
+        if request.query.get("filter"):
+            predicates = json.loads(request.query["filter"][0])["predicates"]
+            wanted = next(p.get("string_value", p.get("stringValue")) for p in predicates if p["key"] == "display_name")
+        experiment = request.query.get("experiment_id", [None])[0]
+        found = [r for r in runs.values() if (wanted is None or r["display_name"] == wanted)
+                 and (experiment is None or r.get("experiment_id") == experiment)]
+        return 200, {"runs": found, "total_size": len(found)}
+
     def get_run(request: RecordedRequest, match: re.Match[str]) -> Reply:
         if match["id"] not in runs:
             return 404, {"error": f"run {match['id']} not found", "code": 5}
@@ -299,6 +309,7 @@ def add_kfp_routes(server: RecordingServer, run_states: Iterable[str] = ("SUCCEE
     server.route("POST", f"{_KFP}/experiments", create_experiment)
     server.route("POST", f"{_KFP}/pipelines/upload", upload)
     server.route("POST", f"{_KFP}/runs", create_run)
+    server.route("GET", f"{_KFP}/runs", list_runs)
     server.route("GET", f"{_KFP}/runs/(?P<id>[^/:]+)", get_run)
     server.route("POST", f"{_KFP}/recurringruns", create_recurring)
     server.route("GET", f"{_KFP}/recurringruns", lambda r, m: (200, {"recurringRuns": list(recurring.values()), "total_size": len(recurring)}))

@@ -162,6 +162,10 @@ def test_kfp_target_and_cloud_function_entry_point(recorder, config_uri, package
     [run] = recorder.seen("POST", "/apis/v2beta1/runs")
     assert run.json["runtime_config"]["parameters"]["data_version"].startswith("sha256:")
     assert TriggerSettings.from_environment({"GNNFLOW_KFP_HOST": recorder.url}).target == KfpTarget(recorder.url)
+    # Pub/Sub delivers the same message again: the run named after it exists, nothing new starts.
+    again, status, _ = cloud_function(FlaskLikeRequest())
+    assert status == 200 and json.loads(again)["job"] == "run-2"
+    assert len(recorder.seen("POST", "/apis/v2beta1/runs")) == 1
 
 
 def test_settings_name_what_the_environment_lacks():

@@ -54,15 +54,15 @@ class TriggerSettings:
 def handle(payload: dict[str, Any], settings: TriggerSettings | None = None, message_id: str | None = None) -> SubmittedRun:
     """Validates ``payload`` (and the config it names) and submits one run.
 
-    ``message_id`` (the Pub/Sub or CloudEvent id) becomes the Vertex AI job id, so a message
-    delivered twice starts one run.
+    ``message_id`` (the Pub/Sub or CloudEvent id) becomes the job id (Vertex AI's pipeline job id,
+    a suffix of KFP's run name), so a message delivered twice starts one run on either.
     """
     settings = settings or TriggerSettings.from_environment()
     parsed = parse_payload(payload)
     request = RunRequest(
         config=parsed.config_uri, overrides=parsed.overrides, display_name=parsed.display_name, labels=parsed.labels,
         infer_mode=parsed.infer_mode, enable_caching=parsed.enable_caching, package=settings.package, image=settings.image,
-        job_id=job_id_for(message_id) if isinstance(settings.target, VertexTarget) else None,
+        job_id=job_id_for(message_id),
     )
     run = submit(request, settings.target)
     log.info("message %s: submitted %s for %s", message_id or "-", run.name, parsed.config_uri)

@@ -94,7 +94,7 @@ def _json_from_base64(text: Any, what: str) -> Any:
 
 
 def job_id_for(message_id: str | None) -> str | None:
-    """A Vertex AI job id derived from the message id, so a redelivered message submits nothing new."""
+    """A job id derived from the message id, so a redelivered message submits nothing new."""
     if not message_id:
         return None
     return ("gnnflow-msg-" + re.sub(r"[^a-z0-9-]+", "-", str(message_id).lower()).strip("-"))[:128]
