@@ -1,0 +1,121 @@
+"""Where the steps run: workers, Vertex AI CustomJobs, task requests; and where a run writes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from components.config.sections import _Section
+
+StepName = Literal["preprocess", "serialize", "partition", "train", "infer", "report"]
+MULTI_WORKER_STEPS: tuple[StepName, ...] = ("partition", "train", "infer")  # those that run world_size workers
+
+
+class TaskRequests(_Section):
+    """What one pipeline task (the container that runs a step) asks of the cluster.
+
+    KFP writes these into the compiled pipeline spec, so they take effect at compile time
+    (``gnnflow compile --config``); in a run's config parameter they are read but not applied.
+    Each value is set as both the Kubernetes request and limit (Vertex AI picks the machine
+    from the limits).
+    """
+
+    cpu: str | None = Field(None, pattern=r"^([0-9]*[.])?[0-9]+m?$", description="CPUs, as Kubernetes writes them: '4', '0.5', '500m'.")
+    memory: str | None = Field(
+        None, pattern=r"^[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?$", description="Memory, as Kubernetes writes it: '16G', '512Mi'."
+    )
+    accelerator_type: str | None = Field(
+        None, min_length=1, description="Accelerator: 'NVIDIA_TESLA_T4', 'NVIDIA_L4' (Vertex AI) or 'nvidia.com/gpu' (KFP on Kubernetes)."
+    )
+    accelerator_count: int | None = Field(None, ge=1, description="Accelerators per task (1 when only accelerator_type is given).")
+
+    @model_validator(mode="after")
+    def _count_needs_type(self) -> "TaskRequests":
+        if self.accelerator_count is not None and self.accelerator_type is None:
+            raise ValueError("accelerator_count needs accelerator_type")
+        return self
+
+    def overridden_by(self, other: "TaskRequests") -> "TaskRequests":
+        """These requests with every field that ``other`` sets taken from ``other``."""
+        return self.model_copy(update=other.model_dump(exclude_unset=True, exclude_none=True))
+
+
+class CustomJobSpec(_Section):
+    """How a multi-worker step (partition, train, infer) runs when ``resources.runner`` is vertex.
+
+    The pipeline is compiled with the step as a Vertex AI CustomJob (google-cloud-pipeline-components'
+    ``create_custom_training_job_from_component``), which Vertex AI Pipelines launches, tracks and
+    cancels with the run, in the pipeline's project and region: ``world_size /
+    processes_per_replica`` replicas of the step image (a chief pool of one replica, a worker pool
+    of the rest). These fields shape the job, so they take effect at compile time
+    (``gnnflow compile --config``; ``gnnflow submit`` compiles from the config it is given).
+    """
+
+    machine_type: str = Field("n1-standard-8", min_length=1, description="Compute Engine machine type of every replica.")
+    accelerator_type: str | None = Field(None, min_length=1, description="Accelerator of every replica, e.g. NVIDIA_TESLA_T4; null: none.")
+    accelerator_count: int = Field(1, ge=1, description="Accelerators per replica (with accelerator_type).")
+    boot_disk_gb: int = Field(100, ge=10, description="Boot disk (pd-ssd) of every replica, in GB.")
+    service_account: str | None = Field(None, description="Service account the replicas run as; default: the Vertex AI default.")
+    network: str | None = Field(None, description="VPC network to peer with (projects/N/global/networks/NAME); default: none.")
+    timeout_s: int | None = Field(None, gt=0, description="Longest one step's job may run, in seconds; default: Vertex AI's (7 days).")
+    restart_job_on_worker_restart: bool = Field(
+        True, description="Restart every replica when one restarts (a distributed step cannot continue without a rank); train resumes from its checkpoint."
+    )
+    tensorboard: str | None = Field(
+        None, pattern=r"^projects/[^/]+/locations/[^/]+/tensorboards/[^/]+$",
+        description="Vertex AI TensorBoard (projects/P/locations/L/tensorboards/ID) that train's CustomJob uploads its curves to; "
+        "it gives train's job a per-run output directory, so train is then never taken from the cache. Default: none.",
+    )
+
+
+class ResourcesSpec(_Section):
+    """Workers, where multi-worker steps run, and what each pipeline task requests."""
+
+    world_size: int = Field(1, ge=1, description="Workers of the multi-worker steps (partition, train, infer).")
+    processes_per_replica: int = Field(1, ge=1, description="On a cluster: worker processes per replica (machine).")
+    runner: Literal["local", "vertex"] = Field(
+        "local", description="Where a pipeline's multi-worker steps run (compile time): local: world_size processes inside the "
+        "step's own task; vertex: a Vertex AI CustomJob of world_size / processes_per_replica replicas (see custom_job)."
+    )
+    requests: TaskRequests = Field(default_factory=TaskRequests, description="Requests of every pipeline task (compile time).")
+    step_requests: dict[StepName, TaskRequests] = Field(
+        default_factory=dict, description="Per step (preprocess, ..., report): requests that replace those in `requests` (compile time)."
+    )
+    custom_job: CustomJobSpec = Field(default_factory=CustomJobSpec, description="The Vertex AI CustomJob of multi-worker steps when runner is vertex.")
+
+    @model_validator(mode="after")
+    def _replicas_whole(self) -> "ResourcesSpec":
+        if self.runner == "vertex" and self.world_size % self.processes_per_replica:
+            raise ValueError(
+                f"world_size {self.world_size} is not a multiple of processes_per_replica {self.processes_per_replica}: "
+                "a CustomJob needs a whole number of replicas"
+            )
+        if self.runner == "vertex" and (steps := [s for s in MULTI_WORKER_STEPS if s in self.step_requests]):
+            raise ValueError(
+                f"step_requests.{steps[0]} does not apply with runner vertex: the replicas of {', '.join(steps)} "
+                "run on custom_job.machine_type (and its accelerators), not in the pipeline task"
+            )
+        return self
+
+    @property
+    def replica_count(self) -> int:
+        """Machines of a multi-worker step's CustomJob."""
+        return max(1, self.world_size // self.processes_per_replica)
+
+    def requests_for(self, step: StepName) -> TaskRequests:
+        """The requests of one step's pipeline task: ``requests``, then the step's own."""
+        own = self.step_requests.get(step)
+        return self.requests.overridden_by(own) if own is not None else self.requests
+
+    def accelerator_requests(self) -> list[tuple[str, str]]:
+        """(config key, accelerator type) of every accelerator this section asks for: the tasks'
+        ``requests``, each step's ``step_requests`` and the CustomJob replicas'."""
+        found = [("resources.requests.accelerator_type", self.requests.accelerator_type)]
+        found += [(f"resources.step_requests.{step}.accelerator_type", own.accelerator_type) for step, own in self.step_requests.items()]
+        found.append(("resources.custom_job.accelerator_type", self.custom_job.accelerator_type))
+        return [(key, kind) for key, kind in found if kind is not None]
+
+
+class OutputSpec(_Section):
+    root: str = Field("runs", description="Run root: local path or gs:// URI under which each step writes its output.")
