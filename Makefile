@@ -1,12 +1,13 @@
 # make run   - set up everything on a fresh machine (first time only), then run the pipeline on the bundled demo
 # make test  - set up if needed, then run the tests
+# make lint  - ruff (format check and lint) and mypy over components/ and pipelines/
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.gnnflow-installed
 PIP := $(BIN)/pip --disable-pip-version-check
 
-.PHONY: setup run test lock clean-venv
+.PHONY: setup run test lint lock clean-venv
 
 setup: $(STAMP)
 
@@ -27,6 +28,13 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+LINTED := components pipelines
+
+lint: setup
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/mypy
 
 # Re-resolve the pinned set after changing a direct dependency (keep STACK.md's constraints).
 lock: setup

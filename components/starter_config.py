@@ -23,6 +23,7 @@ from components.config import (
     GnnflowConfig,
     GraphSpec,
     NodeTableSpec,
+    OutputSpec,
     SplitSpec,
     TaskSpec,
     TaskType,
@@ -79,7 +80,7 @@ def feature_groups(choices: Sequence[ColumnChoice], header: Sequence[str]) -> li
             groups.append(
                 FeatureSpec(
                     columns=_pattern_for([c.column for c in run], header),
-                    transform=first.transform,  # type: ignore[arg-type]
+                    transform=first.transform,
                     on_missing="fill" if first.has_missing else "error",
                     num_buckets=HASH_BUCKETS,
                 )
@@ -145,7 +146,7 @@ def propose_config(
         seen = {v if v is not None else "" for v in node_sample.column(split_column).cast(pa.string()).to_pylist()}
         others = seen - {split.train_value, split.val_value, split.test_value}
         split = SplitSpec(none_values=sorted(set(split.none_values) | others))
-    return GnnflowConfig(graph=graph, task=TaskSpec(type=task, split=split), output={"root": output_root})  # type: ignore[arg-type]
+    return GnnflowConfig(graph=graph, task=TaskSpec(type=task, split=split), output=OutputSpec(root=output_root))
 
 
 def render(config: GnnflowConfig, sources: str) -> str:

@@ -23,7 +23,7 @@ from components import storage
 from components.errors import GnnflowError
 
 if TYPE_CHECKING:
-    from components.config import GraphSpec
+    from components.config import EdgeTableSpec, GraphSpec, NodeTableSpec
 
 TableFormat = Literal["csv", "parquet"]
 
@@ -52,7 +52,7 @@ def file_format(uri: storage.Uri, declared: str = "auto") -> TableFormat:
 def _open_text_stream(uri: storage.Uri) -> BinaryIO:
     raw = storage.open_read(uri)
     if uri.name.lower().endswith(".gz"):
-        return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "gzip")  # type: ignore[return-value]
+        return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "gzip")
     return raw
 
 
@@ -64,7 +64,7 @@ def read_header(uri: storage.Uri, fmt: TableFormat) -> list[str]:
                 return list(pq.read_schema(f).names)
         stream = _open_text_stream(uri)
         try:
-            first = io.TextIOWrapper(stream, encoding="utf-8", newline="").readline()  # type: ignore[arg-type]
+            first = io.TextIOWrapper(stream, encoding="utf-8", newline="").readline()
         finally:
             stream.close()
     except GnnflowError:
@@ -212,7 +212,8 @@ def tables_fingerprint(graph: GraphSpec) -> str:
     a pipeline's cache key and ``gnnflow run``'s up-to-date check need to notice new data.
     """
     digest = hashlib.sha256()
-    for table in [*graph.nodes, *graph.edges]:
+    tables: list[NodeTableSpec | EdgeTableSpec] = [*graph.nodes, *graph.edges]
+    for table in tables:
         root = storage.parse_uri(table.uri)
         files = storage.expand_files(root)
         versions = {str(root): storage.version(root)} if files == [root] else storage.versions_below(root)

@@ -104,7 +104,7 @@ class FeatureFitter:
         self._count = np.zeros(len(columns))
         self._sum = np.zeros(len(columns))
         self._sumsq = np.zeros(len(columns))
-        self._categories = [Counter() for _ in columns]
+        self._categories: list[Counter[str]] = [Counter() for _ in columns]
 
     def update(self, chunk: pa.Table, source: str, first_row: int) -> None:
         if self.spec.transform in NUMERIC_TRANSFORMS:

@@ -31,7 +31,8 @@ def report_registrations(send: Callable[[tuple], None]) -> None:
         send(("resource", "unregister", name, rtype))
 
     # multiprocessing looks these up on the module at each call (synchronize, shared_memory).
-    resource_tracker.register, resource_tracker.unregister = registering, unregistering
+    # (typeshed types the name as Sized; multiprocessing passes strings.)
+    resource_tracker.register, resource_tracker.unregister = registering, unregistering  # type: ignore[assignment]
 
 
 def follow(held: set[Resource], action: str, name: str, rtype: str) -> None:

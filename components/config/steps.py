@@ -90,6 +90,7 @@ class PartitionSpec(_Section):
     )
 
 
+NegativeKind = Literal["random", "hard", "in_batch"]
 ModelType = Literal["graphsage", "gat", "rgcn", "gcn"]
 
 
@@ -147,8 +148,8 @@ class TrainingSpec(_Section):
     sampling_workers: int = Field(1, gt=0, description="multiprocess: sampling subprocesses per trainer.")
     negative_ratio: float = Field(1.0, gt=0, description="Link prediction: random negative pairs per positive (negatives: random), "
                                   "and other positives of the batch scored per positive (negatives: in_batch), rounded up.")
-    negatives: list[Literal["random", "hard", "in_batch"]] = Field(
-        default_factory=lambda: ["random"], min_length=1,
+    negatives: list[NegativeKind] = Field(
+        default_factory=lambda: list[NegativeKind](["random"]), min_length=1,
         description="Link prediction, combinable: random (uniform destination pairs), hard (the negative_label table's pairs "
         "of each anchor), in_batch (each positive's anchor against the destinations of other positives in its batch).",
     )

@@ -64,6 +64,7 @@ def build_index(embeddings: torch.Tensor, exact: bool, spec: RetrievalSpec):
     import faiss
 
     dim = embeddings.shape[1]
+    index: faiss.Index
     if exact:
         index = faiss.IndexFlatIP(dim)
     else:

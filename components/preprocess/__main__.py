@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from components import storage
-from components.config_source import add_config_arguments, config_from_arguments
+from components.config_source import add_config_arguments, required_config
 from components.entrypoint import run_cli
 from components.preprocess.step import load_fitted_state, preprocess
 
@@ -22,7 +22,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput:
     args = parse_args(argv)
-    config = config_from_arguments(args)
+    config = required_config(args)
     output = args.output or storage.parse_uri(config.output.root).join("preprocessed")
     state = load_fitted_state(args.fitted_state) if args.fitted_state else None
     return preprocess(config, output, state, image=args.image)

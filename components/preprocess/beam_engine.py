@@ -68,8 +68,9 @@ def build_pipeline(pipeline: Any, plan: Plan) -> None:
     edge_blocks = pipeline | "edge files" >> beam.Create(
         [Block("edge", t, f) for t, table in enumerate(plan.edges) for f in range(len(table.source.files))])
     scanned = (node_blocks, edge_blocks) | "all files" >> beam.Flatten() | "scan" >> beam.FlatMap(scan_block, plan)
+    # (Beam annotates Partition as taking a PartitionFn; it takes plain callables too.)
     scans, scan_problems, id_batches = scanned | "sort scan output" >> beam.Partition(
-        lambda e, _: 0 if isinstance(e, Scan) else 1 if isinstance(e, Problem) else 2, 3)
+        lambda e, _: 0 if isinstance(e, Scan) else 1 if isinstance(e, Problem) else 2, 3)  # type: ignore[arg-type]
     layout = scans | "all scans" >> beam.combiners.ToList() | "layout" >> beam.Map(build_layout, plan)
     layout_side = beam.pvalue.AsSingleton(layout)
 
@@ -78,7 +79,7 @@ def build_pipeline(pipeline: Any, plan: Plan) -> None:
         | "group ids by bucket" >> beam.GroupByKey()
         | "resolve buckets" >> beam.FlatMap(lambda kv, lay: resolve_bucket(kv[0], list(kv[1]), lay, plan), layout_side)
     )
-    join_problems, endpoints = resolved | "sort join output" >> beam.Partition(lambda e, _: 0 if isinstance(e, Problem) else 1, 2)
+    join_problems, endpoints = resolved | "sort join output" >> beam.Partition(lambda e, _: 0 if isinstance(e, Problem) else 1, 2)  # type: ignore[arg-type]
     every_edge_block = edge_blocks | "edge block markers" >> beam.Map(lambda b: ((b.table, b.file), None))
     edges_written = (
         (endpoints, every_edge_block)
@@ -159,24 +160,24 @@ def _publish(staging: storage.OutputStaging, config: GnnflowConfig, plan: Plan, 
         return [p for p, _ in parts], [r for _, r in parts], sum(w["count"] for w in written), sum(w["dropped"] for w in written), sizes
 
     node_schemas, node_state = {}, {}
-    for t, spec in enumerate(config.graph.nodes):
+    for t, node in enumerate(config.graph.nodes):
         files, rows, count, _, sizes = totals("node", t)
         features = [FittedFeatures.from_dict(f) for f in result["node_features"][str(t)]]
         vocabulary = result["vocabularies"][str(t)]
-        id_maps = [part_path(f"id_maps/{spec.type}", i) for i in range(len(files))]
-        split = node_split(config, spec.type)
-        node_schemas[spec.type] = node_type_schema(spec, features, vocabulary, count, sizes if split else None, files, id_maps, rows)
-        node_state[spec.type] = (features, vocabulary)
-        log.info("nodes[%s]: wrote %d nodes, %d features, splits %s", spec.type, count, len(node_schemas[spec.type].feature_names), sizes)
+        id_maps = [part_path(f"id_maps/{node.type}", i) for i in range(len(files))]
+        split = node_split(config, node.type)
+        node_schemas[node.type] = node_type_schema(node, features, vocabulary, count, sizes if split else None, files, id_maps, rows)
+        node_state[node.type] = (features, vocabulary)
+        log.info("nodes[%s]: wrote %d nodes, %d features, splits %s", node.type, count, len(node_schemas[node.type].feature_names), sizes)
     edge_schemas, edge_features = {}, {}
-    for t, spec in enumerate(config.graph.edges):
+    for t, edge in enumerate(config.graph.edges):
         files, rows, count, dropped, sizes = totals("edge", t)
         features = [FittedFeatures.from_dict(f) for f in result["edge_features"][str(t)]]
-        split = edge_split(config, spec)
-        edge_schemas[spec.name] = edge_type_schema(spec, features, count, sizes if split else None, files, rows, dropped)
-        edge_features[spec.name] = features
+        split = edge_split(config, edge)
+        edge_schemas[edge.name] = edge_type_schema(edge, features, count, sizes if split else None, files, rows, dropped)
+        edge_features[edge.name] = features
         if dropped:
-            log.warning("edges[%s]: dropped %d of %d edges whose endpoint is not in the node table", spec.name, dropped, count + dropped)
-        log.info("edges[%s]: wrote %d edges", spec.name, count)
+            log.warning("edges[%s]: dropped %d of %d edges whose endpoint is not in the node table", edge.name, dropped, count + dropped)
+        log.info("edges[%s]: wrote %d edges", edge.name, count)
     return publish_preprocessed(staging, config, node_schemas, edge_schemas, node_state, edge_features)
 

@@ -18,8 +18,9 @@ one-process engine. Part numbers follow the same rule, so both engines write the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ import pyarrow as pa
 
 from components import storage, tables
 from components.beam_pipeline import Problem
-from components.config import GnnflowConfig
+from components.config import EdgeTableSpec, GnnflowConfig, NodeTableSpec
 from components.errors import GnnflowError
 from components.preprocess.edges import encode_edge_chunk
 from components.preprocess.nodes import (
@@ -150,7 +151,9 @@ def build_layout(scans: list[Scan], plan: Plan) -> Layout:
     layout = Layout()
     found = {(s.block.kind, s.block.table, s.block.file): s for s in scans}
     reused = plan.fitted_state or {}
-    for kind, specs, tables_ in (("node", plan.config.graph.nodes, plan.nodes), ("edge", plan.config.graph.edges, plan.edges)):
+    kinds: list[tuple[str, Sequence[NodeTableSpec | EdgeTableSpec], Sequence[Any]]] = [
+        ("node", plan.config.graph.nodes, plan.nodes), ("edge", plan.config.graph.edges, plan.edges)]
+    for kind, specs, tables_ in kinds:
         for t, (spec, table) in enumerate(zip(specs, tables_)):
             rows = parts = 0
             fitters = PerFileFitters(spec.features, table.groups)
@@ -166,7 +169,7 @@ def build_layout(scans: list[Scan], plan: Plan) -> Layout:
                 if scan.fitters is not None:
                     fitters.add_file(scan.fitters)
                 labels.update(scan.labels)
-            name = spec.type if kind == "node" else spec.name  # type: ignore[union-attr]
+            name = spec.type if isinstance(spec, NodeTableSpec) else spec.name
             state = reused.get("node_types" if kind == "node" else "edge_types", {}).get(name)
             features = [FittedFeatures.from_dict(f) for f in state["features"]] if state else fitters.finish()
             if kind == "node":

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Sequence
 
 from components import storage
-from components.config_source import add_config_arguments, config_from_arguments
+from components.config_source import add_config_arguments, required_config
 from components.entrypoint import run_cli
 from components.report.step import report
 
@@ -26,7 +26,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput:
     args = parse_args(argv)
-    config = config_from_arguments(args)
+    config = required_config(args)
     assert config is not None  # the argument group is required
     root = storage.parse_uri(config.output.root)
     return report(config, args.model or root.join("model"), args.embeddings or root.join("embeddings"),

@@ -114,7 +114,7 @@ def read_training(uri: storage.Uri | str) -> TrainingRecord:
     if not isinstance(task_type, str) or task_type not in VALIDATION_METRIC or not isinstance(target, str):
         raise GnnflowError(f"{published.uri(SPEC_FILE)} needs 'task_type' (one of {', '.join(VALIDATION_METRIC)}) "
                            f"and 'target', got {task_type!r} and {target!r}")
-    model = spec.get("model") if isinstance(spec.get("model"), dict) else {}
+    model = spec["model"] if isinstance(spec.get("model"), dict) else {}
     return TrainingRecord(published, _history(published), final, task_type, target, model)
 
 

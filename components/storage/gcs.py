@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, Callable, TypeVar
 
 from google.api_core import exceptions as api_exceptions
-from google.cloud import storage as gcs
+from google.cloud import storage as gcs  # type: ignore[attr-defined]  # a namespace package mypy does not resolve
 from google.cloud.storage.retry import DEFAULT_RETRY
 
 from components.errors import GnnflowError
@@ -159,7 +159,7 @@ def open_read(uri: GcsUri) -> BinaryIO:
     blob = _blob(uri)
     # BlobReader fetches lazily: load the metadata now so a missing object fails here, named.
     _named(uri, lambda: blob.reload(retry=RETRY))
-    return blob.open("rb", chunk_size=_CHUNK, retry=RETRY)  # type: ignore[return-value]
+    return blob.open("rb", chunk_size=_CHUNK, retry=RETRY)
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ def open_write(uri: LocalUri) -> Iterator[BinaryIO]:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            yield f  # type: ignore[misc]
+            yield f
         os.replace(tmp, uri.path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -75,7 +75,8 @@ def _parse(buf: bytes, index: int, source: str, wanted: Wanted) -> dict[bytes, t
                 if key in wanted:
                     found[key] = value
         for key, (s, e) in found.items():
-            kind, items = "", []
+            kind: str = ""
+            items: Items = []
             for f, w, s2, e2 in _fields(buf, s, e):
                 if f in (1, 2, 3) and w == 2:
                     if "bfi"[f - 1] != kind:

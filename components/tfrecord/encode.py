@@ -104,8 +104,8 @@ def encode_examples(int64_features: Mapping[str, np.ndarray], float_features: Ma
     # is constant bytes, a ready (m, w) uint8 block, or (float source, rows) gathered at fill time.
     plans: list[tuple[int, int, list]] = []
     for g, row0 in enumerate(first):
-        rows = order[bounds[g]:bounds[g + 1]]
-        rows = slice(None) if len(rows) == n else rows  # one group: no gathered copies
+        group_rows = order[bounds[g]:bounds[g + 1]]
+        rows: np.ndarray | slice = slice(None) if len(group_rows) == n else group_rows  # one group: no gathered copies
         segs: list = []
         for key, kind in key_order:
             if kind == "i":
@@ -119,7 +119,7 @@ def encode_examples(int64_features: Mapping[str, np.ndarray], float_features: Ma
         data_len += len(segs[0])
         length = struct.pack("<Q", data_len)
         segs.insert(0, length + struct.pack("<I", _masked_crc(length)))
-        plans.append((n if isinstance(rows, slice) else len(rows), data_len, segs))
+        plans.append((len(group_rows), data_len, segs))
 
     out = np.empty(sum(m * (data_len + 16) for m, data_len, _ in plans), np.uint8)
     offset = 0
