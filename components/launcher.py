@@ -1,7 +1,7 @@
 """Runs one function in N worker processes (Linux), here or across the replicas of a cluster job.
 
 Each worker gets a `WorkerContext`: its rank and the rendezvous addresses for torch.distributed
-(gloo) and GLT's RPC. The first worker that raises or dies ends the step within seconds (its peers
+(gloo; plus nccl for workers on GPUs) and GLT's RPC. The first worker that raises or dies ends the step within seconds (its peers
 are usually blocked in a collective), everything the workers started dies with them, and the caller
 gets a `WorkerFailed` naming rank and cause.
 """
@@ -74,13 +74,16 @@ class WorkerContext:
     rpc_port: int  # GLT's RPC rendezvous, likewise
     stores_hosted: bool = False  # the launcher hosts both stores (see components.rendezvous)
 
-    def init_process_group(self, timeout_s: float = 300) -> None:
-        """Joins the gloo process group of all workers (blocks until every rank has joined)."""
+    def init_process_group(self, timeout_s: float = 300, backend: str = "gloo") -> None:
+        """Joins the process group of all workers (blocks until every rank has joined).
+
+        ``backend``: gloo, or for workers on GPUs ``cpu:gloo,cuda:nccl`` (components/gnn/device.py).
+        """
         import torch.distributed as dist
 
         address, timeout = f"tcp://{self.master_addr}:{self.master_port}", timedelta(seconds=timeout_s)
         with joining_hosted_store(self.stores_hosted):
-            dist.init_process_group("gloo", init_method=address, rank=self.rank, world_size=self.world_size, timeout=timeout)
+            dist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.world_size, timeout=timeout)
 
     def init_rpc(self, num_rpc_threads: int, rpc_timeout: float) -> None:
         """Joins GLT's RPC (after ``glt.distributed.init_worker_group``)."""

@@ -1,10 +1,15 @@
 """What the KFP component functions share when their task runs.
 
 A component function (``components/<step>/component.py``) is thin: it resolves the config
-parameter, turns its artifacts into storage URIs, runs the step (here, or as a Vertex AI
-CustomJob for the multi-worker steps when ``resources.runner`` is vertex) and describes the
-published output on its artifacts. This module holds those pieces, so the six functions read
-the same way and stay short enough for KFP to ship as source.
+parameter, turns its artifacts into storage URIs, runs the step and describes the published
+output on its artifacts. This module holds those pieces, so the six functions read the same way
+and stay short enough for KFP to ship as source.
+
+The multi-worker steps (partition, train, infer) run the same function in two places: as a
+pipeline task that starts ``world_size`` workers itself (``resources.runner: local``), or on
+every replica of a Vertex AI CustomJob that the pipeline was compiled with
+(``resources.runner: vertex``, see ``pipelines/vertex_job.py``), where the launcher reads
+``CLUSTER_SPEC`` and only the chief publishes and describes the output.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import numbers
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from components import storage
@@ -38,23 +43,40 @@ class MetricsLike(Protocol):
 
 
 @contextlib.contextmanager
-def running(step: str, config: str, overrides: str) -> Iterator[GnnflowConfig]:
+def running(step: str, config: str, overrides: str, replicas: int | None = None) -> Iterator[GnnflowConfig]:
     """Resolves the config parameter (YAML text or URI, plus JSON overrides) for one task.
 
-    A :class:`GnnflowError` inside the block (a bad config key, a missing input, a failed
-    CustomJob) ends the task with its one-line message and exit code 2, as ``python -m
-    components.<step>`` does, instead of a traceback from deep inside the executor.
+    ``replicas`` (multi-worker steps): how the pipeline was compiled, 0 for workers inside the
+    task, N for a CustomJob of N replicas; a run whose config asks for another layout is refused,
+    since the layout is fixed at compile time. A :class:`GnnflowError` inside the block (a bad
+    config key, a missing input) ends the task with its one-line message and exit code 2, as
+    ``python -m components.<step>`` does, instead of a traceback from deep inside the executor.
     """
     if not logging.getLogger().handlers:  # KFP's executor has its own root handler; a second would print every line twice
         configure()
     try:
         resolved = resolve_config(config, overrides)
+        if replicas is not None:
+            check_compiled_layout(step, resolved, replicas)
         log.info("%s: config resolved (task %s, %d worker(s), runner %s)", step, resolved.task.type,
                  resolved.resources.world_size, resolved.resources.runner)
         yield resolved
     except GnnflowError as exc:
         log.error("%s failed: %s", step, exc)
         raise SystemExit(EXIT_USER_ERROR) from None
+
+
+def check_compiled_layout(step: str, config: GnnflowConfig, replicas: int) -> None:
+    """The run's ``resources`` must ask for what the pipeline was compiled with (``replicas``: 0 for runner local)."""
+    resources = config.resources
+    compiled = "runner local" if replicas == 0 else f"runner vertex with {replicas} replica(s)"
+    wanted = "runner local" if resources.runner == "local" else f"runner vertex with {resources.replica_count} replica(s)"
+    if compiled != wanted:
+        raise GnnflowError(
+            f"{step}: the pipeline was compiled for {compiled}, but the run's config asks for {wanted} "
+            f"(resources.world_size {resources.world_size}, processes_per_replica {resources.processes_per_replica}): "
+            "the layout is fixed at compile time; compile again with gnnflow compile --config (gnnflow submit without --package does)"
+        )
 
 
 def artifact_uri(artifact: ArtifactLike) -> storage.Uri:
@@ -81,32 +103,14 @@ def log_metrics(metrics: MetricsLike, values: Mapping[str, object]) -> dict[str,
     return logged
 
 
-def run_multi_worker(
-    config: GnnflowConfig,
-    step: str,
-    image: str,
-    arguments: Sequence[str],
-    output: storage.Uri,
-    run_here: Callable[[], storage.PublishedOutput | None],
-) -> storage.PublishedOutput:
-    """Runs a multi-worker step where ``resources.runner`` says, and returns its published output.
+def published_here(step: str, published: storage.PublishedOutput | None, replicas: int) -> storage.PublishedOutput | None:
+    """The step's published output; None on the replicas of a CustomJob other than the chief.
 
-    local: ``run_here()`` spawns ``world_size`` worker processes inside this task.
-    vertex: one CustomJob runs ``python -m components.<step> --config-yaml <resolved config>
-    <arguments>`` on every replica of ``image``; its chief publishes ``output``, read back here.
+    On those, the function returns without describing anything: the chief publishes the output
+    and writes the task's artifacts (KFP's executor writes the executor output on pool 0 only).
     """
-    if config.resources.runner == "local":
-        published = run_here()
-        if published is None:  # only a replica of a cluster job returns None; a task is never one
-            raise GnnflowError(f"{step}: ran as a non-leading cluster replica inside a pipeline task; unset CLUSTER_SPEC / RANK")
-        return published
-    from components.custom_job import StepJob, run_step_job
-
-    if not isinstance(output, storage.GcsUri):
-        raise GnnflowError(
-            f"{step}: resources.runner is vertex, but the step's output {output} is not on gs://; "
-            "a CustomJob's replicas can only reach gs:// (run the pipeline on Vertex AI, or set resources.runner: local)"
-        )
-    job = StepJob(step=step, image=image, arguments=tuple(arguments), output=output)
-    run_step_job(job, config)
-    return storage.open_published(output, step=step)
+    if published is None and replicas == 0:  # only a cluster replica returns None; a plain task is never one
+        raise GnnflowError(f"{step}: ran as a non-leading cluster replica inside a pipeline task; unset CLUSTER_SPEC / RANK")
+    if published is None:
+        log.info("%s: this replica's workers are done; the chief publishes the output", step)
+    return published

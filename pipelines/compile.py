@@ -1,7 +1,10 @@
 """``gnnflow compile -o pipeline.yaml [--image IMAGE] [--config FILE]``: the KFP pipeline spec (IR YAML).
 
-Only the image and the task requests are fixed at compile time; the config itself, its
-overrides, the data version and the inference mode are parameters of each run.
+The image and the config's ``resources`` section are fixed at compile time: the task requests,
+and where the multi-worker steps run (``runner``: inside their task, or as Vertex AI CustomJobs
+whose replicas, machine, accelerators, disk, service account, network and timeout are written
+into the spec). The config itself, its overrides, the data version and the inference mode are
+parameters of each run; a run whose config asks for another runner or replica count is refused.
 """
 
 import argparse
@@ -18,8 +21,10 @@ def _compile(args: argparse.Namespace) -> None:
     compile_pipeline(args.output, image, resources)
     if args.image is None:
         log.warning("no --image: the spec names the placeholder %r, which a cluster cannot pull", image)
-    log.info("wrote the pipeline spec to %s (image %s%s)", args.output, image,
-             f", task requests from {args.config}" if args.config else ", no task requests")
+    runner = resources.runner if resources else "local"
+    layout = f"{resources.replica_count} replica(s) per CustomJob" if resources and runner == "vertex" else "workers inside their tasks"
+    log.info("wrote the pipeline spec to %s (image %s; multi-worker steps: runner %s, %s%s)", args.output, image, runner, layout,
+             f"; resources from {args.config}" if args.config else "; no task requests")
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -31,6 +36,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     parser.add_argument("-o", "--output", required=True, help="where to write the spec: a local path or gs:// URI")
     parser.add_argument("--image", help="the step image every task runs in, e.g. us-docker.pkg.dev/PROJECT/REPO/gnnflow:TAG "
                                         "(default: gnnflow:latest, a placeholder that only names the image)")
-    parser.add_argument("--config", help="config YAML whose resources section (requests, step_requests) sets each task's "
-                                         "CPU / memory / accelerator; the rest of the file is not read")
+    parser.add_argument("--config", help="config YAML whose resources section sets each task's CPU / memory / accelerator "
+                                         "(requests, step_requests) and, with runner vertex, the CustomJob of partition, train "
+                                         "and infer (world_size, processes_per_replica, custom_job); the rest is not read")
     parser.set_defaults(handler=_compile)

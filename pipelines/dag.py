@@ -4,13 +4,17 @@ Every edge is a typed artifact (Dataset, Model, Metrics, HTML) whose URI KFP cho
 the pipeline root (``gs://`` on Vertex AI); no step finds another's output by a naming
 convention. What is decided when:
 
-- at compile time (``build_pipeline`` / ``compile_pipeline``): the image of every task, and
-  each task's CPU / memory / accelerator requests, from a config's ``resources`` section
-  (KFP writes requests into the spec, so they cannot follow a run-time parameter);
+- at compile time (``build_pipeline`` / ``compile_pipeline``), from a config's ``resources``
+  section: the image of every task, each task's CPU / memory / accelerator requests (KFP
+  writes requests into the spec, so they cannot follow a run-time parameter), and where the
+  multi-worker steps run (``runner``): inside their own task, or (vertex) as a Vertex AI
+  CustomJob whose replica count, machine, accelerators, disk, service account, network and
+  timeout (``world_size``, ``processes_per_replica``, ``custom_job``) are part of the spec
+  (``pipelines/vertex_job.py``);
 - at run time (pipeline parameters): the config itself (YAML text or a URI) and JSON
   overrides, which each task resolves; ``data_version`` (a fingerprint of the input tables);
-  the inference mode. ``resources.world_size`` and ``resources.runner`` (where multi-worker
-  steps run: inside their task, or as a Vertex AI CustomJob) are read at run time too.
+  the inference mode. A run whose config asks for another layout of the multi-worker steps
+  than the one compiled is refused by those steps, naming both.
 
 Caching: KFP keys a task on its component and its inputs. Every task takes the config and
 overrides, so any change to them runs the whole pipeline again, while resubmitting identical
@@ -25,6 +29,7 @@ re-run over the same output replaces any half-written generation cleanly. The mu
 steps do not: their failures are mostly deterministic (a bad config, running out of memory),
 a KFP retry would provision all N replicas again, and on Vertex AI the CustomJob already
 restarts its replicas together after a replica restart (train resuming from its checkpoint).
+With runner vertex, their task requests do not apply (the task only launches the job).
 """
 
 import os
@@ -39,6 +44,7 @@ from pydantic import ValidationError
 
 from components import storage
 from components.config import ResourcesSpec, StepName, TaskRequests
+from components.config.resources import MULTI_WORKER_STEPS
 from components.errors import GnnflowError
 from components.infer.component import build_component as infer_component
 from components.partition.component import build_component as partition_component
@@ -46,6 +52,7 @@ from components.preprocess.component import build_component as preprocess_compon
 from components.report.component import build_component as report_component
 from components.serialize.component import build_component as serialize_component
 from components.train.component import build_component as train_component
+from pipelines.vertex_job import TENSORBOARD_BASE_OUTPUT, custom_job_component
 
 PIPELINE_NAME = "gnnflow"
 DEFAULT_IMAGE = "gnnflow:latest"  # a placeholder: give --image REGISTRY/PATH/gnnflow:TAG for a cluster
@@ -86,9 +93,22 @@ def build_pipeline(image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None =
     preprocess_op, serialize_op = preprocess_component(image), serialize_component(image)
     partition_op, train_op = partition_component(image), train_component(image)
     infer_op, report_op = infer_component(image), report_component(image)
+    on_vertex = resources.runner == "vertex"
+    replicas = resources.replica_count if on_vertex else 0  # each multi-worker task checks its run's config against it
+    job_inputs: dict[str, dict[str, str]] = {"partition": {}, "train": {}, "infer": {}}
+    if on_vertex:
+        if "/" not in image:  # replicas pull the image themselves; a task of the placeholder would fail hours in
+            raise GnnflowError(f"resources.runner is vertex, but the image {image!r} names no registry that Vertex AI could "
+                               "pull from: compile with --image REGISTRY/PATH/gnnflow:TAG")
+        partition_op = custom_job_component(partition_op, "partition", resources)
+        train_op = custom_job_component(train_op, "train", resources)
+        infer_op = custom_job_component(infer_op, "infer", resources)
+        if resources.custom_job.tensorboard:
+            job_inputs["train"]["base_output_directory"] = TENSORBOARD_BASE_OUTPUT
 
     def configure(task: dsl.PipelineTask, step: StepName) -> dsl.PipelineTask:
-        apply_requests(task, resources.requests_for(step))
+        if not (on_vertex and step in MULTI_WORKER_STEPS):  # there the replicas' machines come from custom_job
+            apply_requests(task, resources.requests_for(step))
         if step in RETRIED_STEPS:
             task.set_retry(**RETRY)
         return task
@@ -104,10 +124,12 @@ def build_pipeline(image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None =
         settings = {"config": config, "overrides": overrides}
         pre = configure(preprocess_op(**settings, data_version=data_version, image=image), "preprocess")
         ser = configure(serialize_op(**settings, image=image, preprocessed=pre.outputs["preprocessed"]), "serialize")
-        part = configure(partition_op(**settings, image=image, tfrecords=ser.outputs["tfrecords"]), "partition")
-        trained = configure(train_op(**settings, image=image, partitions=part.outputs["partitions"]), "train")
-        inferred = configure(infer_op(**settings, image=image, mode=infer_mode, partitions=part.outputs["partitions"],
-                                      model=trained.outputs["model"]), "infer")
+        part = configure(partition_op(**settings, replicas=replicas, tfrecords=ser.outputs["tfrecords"], **job_inputs["partition"]),
+                         "partition")
+        trained = configure(train_op(**settings, replicas=replicas, partitions=part.outputs["partitions"], **job_inputs["train"]),
+                            "train")
+        inferred = configure(infer_op(**settings, replicas=replicas, mode=infer_mode, partitions=part.outputs["partitions"],
+                                      model=trained.outputs["model"], **job_inputs["infer"]), "infer")
         reported = configure(report_op(**settings, model=trained.outputs["model"], embeddings=inferred.outputs["embeddings"]), "report")
         return PipelineOutputs(
             preprocessed=pre.outputs["preprocessed"], tfrecords=ser.outputs["tfrecords"], partitions=part.outputs["partitions"],

@@ -29,26 +29,22 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from components.errors import GnnflowError
-from pipelines.submit import (
+from pipelines.kfp_submit import kfp_client
+from pipelines.run_request import (
     KfpTarget,
     PreparedRun,
     RunRequest,
     SubmissionError,
     Target,
     VertexTarget,
-    add_run_arguments,
-    add_target_arguments,
     api_message,
     check_pipeline_root,
     is_retryable,
-    kfp_client,
     pipeline_package,
     prepare_run,
-    run_request_from_args,
-    target_from_args,
-    vertex_credentials,
-    vertex_pipeline_job,
 )
+from pipelines.submit import add_run_arguments, add_target_arguments, run_request_from_args, target_from_args
+from pipelines.vertex_submit import vertex_credentials, vertex_pipeline_job
 
 log = logging.getLogger("gnnflow.schedule")
 
@@ -148,6 +144,8 @@ def create_schedule(request: RunRequest, target: Target, options: ScheduleOption
             raise GnnflowError(f"KFP recurring runs do not support {', '.join(unsupported)} (Vertex AI schedules do; KFP crons run in UTC)")
     elif not target.pipeline_root:
         raise GnnflowError("Vertex AI needs --pipeline-root (a gs:// folder for the runs' artifacts)")
+    elif target.experiment:
+        raise GnnflowError("--experiment: a Vertex AI schedule cannot put its runs in an experiment (gnnflow submit can)")
     request = replace(request, enable_caching=bool(request.enable_caching))
     prepared = prepare_run(request)
     prepared = replace(

@@ -187,6 +187,10 @@ def add_vertex_routes(server: RecordingServer, job_states: Iterable[str] = ("PIP
         if name not in jobs:
             return 404, {"error": {"code": 404, "message": f"{name} not found", "status": "NOT_FOUND"}}
         job = jobs[name] = {**jobs[name], "state": next(states)}
+        # Vertex AI makes the run's metadata context soon after the job (what an experiment links to).
+        context = f"{match['name'].split('/pipelineJobs/')[0]}/metadataStores/default/contexts/{name.rsplit('/', 1)[-1]}"
+        job["jobDetail"] = {"pipelineRunContext": {"name": context, "displayName": name.rsplit("/", 1)[-1],
+                                                   "schemaTitle": "system.PipelineRun"}}
         if job["state"] == "PIPELINE_STATE_FAILED":
             job["error"] = {"code": 9, "message": "The DAG failed because some tasks failed: train."}
         return 200, job
@@ -228,6 +232,37 @@ def add_vertex_routes(server: RecordingServer, job_states: Iterable[str] = ("PIP
     server.route("POST", schedule + ":pause", one_schedule(set_state("PAUSED")))
     server.route("POST", schedule + ":resume", one_schedule(set_state("ACTIVE")))
     server.route("DELETE", schedule, one_schedule(delete))
+
+
+def add_metadata_routes(server: RecordingServer) -> None:
+    """The default metadata store and its contexts (Vertex AI Experiments are contexts of schema
+    ``system.Experiment``); adding child contexts records them on the parent."""
+    contexts: dict[str, dict[str, Any]] = {}
+    store = r"/v1/(?P<store>projects/[^/]+/locations/[^/]+/metadataStores/default)"
+
+    def get_context(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        if match["name"] not in contexts:
+            return 404, {"error": {"code": 404, "message": f"{match['name']} not found", "status": "NOT_FOUND"}}
+        return 200, contexts[match["name"]]
+
+    def create_context(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        name = f"{match['store']}/contexts/{request.query['contextId'][0]}"
+        if name in contexts:
+            return 409, {"error": {"code": 409, "message": f"{name} already exists", "status": "ALREADY_EXISTS"}}
+        contexts[name] = {**request.json, "name": name}
+        return 200, contexts[name]
+
+    def add_children(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        if match["name"] not in contexts:
+            return 404, {"error": {"code": 404, "message": f"{match['name']} not found", "status": "NOT_FOUND"}}
+        contexts[match["name"]].setdefault("childContexts", []).extend(request.json["childContexts"])
+        return 200, {}
+
+    server.route("GET", store, lambda request, match: (200, {"name": match["store"]}))
+    server.route("GET", r"/v1/(?P<name>projects/[^/]+/locations/[^/]+/metadataStores/default/contexts/[^/:]+)", get_context)
+    server.route("POST", store + "/contexts", create_context)
+    server.route("POST", r"/v1/(?P<name>projects/[^/]+/locations/[^/]+/metadataStores/default/contexts/[^/:]+):addContextChildren",
+                 add_children)
 
 
 # ------------------------------------------------------------------------------------ KFP

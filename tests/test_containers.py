@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 import importlib.util
 import json
+import os
 import pathlib
 import re
 import shlex
@@ -245,8 +246,155 @@ def test_entrypoint_runs_modules_and_hands_beam_flags_to_boot(tmp_path):
     boot.write_text("#!/bin/sh\necho boot \"$@\"\n")
     boot.chmod(0o755)
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "BEAM_BOOT": str(boot)}
-    run = lambda *args: subprocess.run(["sh", str(script), *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO)  # noqa: E731
+    run = lambda *args: subprocess.run(  # noqa: E731
+        ["sh", str(script), *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
     module = run("json.tool", "--help")
     assert module.returncode == 0 and "json.tool" in module.stdout
     worker = run("--id=1-1", "--provision_endpoint=localhost:5")
     assert worker.returncode == 0 and worker.stdout.strip() == "boot --id=1-1 --provision_endpoint=localhost:5"
+
+
+# ---- building behind a firewall: BASE_IMAGE, the wheelhouse, and the scripts around them ----
+
+SCRIPTS = [REPO / "containers" / "make_wheelhouse.sh", REPO / "containers" / "check_image.sh"]
+DEFAULT_BASES = {"Dockerfile": "python:3.11.13-slim-bookworm", "Dockerfile.cuda": "nvidia/cuda:12.1.1-runtime-ubuntu22.04"}
+
+
+def global_args(path: pathlib.Path) -> dict[str, str]:
+    """The ARGs declared before the first FROM, with their defaults."""
+    result = {}
+    for instruction in instructions(path):
+        if instruction.keyword == "FROM":
+            break
+        if instruction.keyword == "ARG":
+            name, _, value = instruction.arguments.partition("=")
+            result[name] = value.strip('"')
+    return result
+
+
+def pip_runs(path: pathlib.Path) -> list[str]:
+    return [i.arguments for stage in stages(path) for i in stage.instructions
+            if i.keyword == "RUN" and re.search(r"pip install .*-r requirements/", i.arguments)]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_base_image_is_a_build_argument(dockerfile):
+    assert global_args(dockerfile)["BASE_IMAGE"] == DEFAULT_BASES[dockerfile.name]
+    assert re.fullmatch(r"\$\{BASE_IMAGE\}", [i for i in instructions(dockerfile) if i.keyword == "FROM"][-1].arguments)
+    assert stages(dockerfile)[-1].image == DEFAULT_BASES[dockerfile.name]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_wheelhouse_mode_installs_the_lock_and_the_source_builds_without_an_index(dockerfile):
+    build = next(s for s in stages(dockerfile) if s.name == "build")
+    declared = [i.arguments for i in build.instructions if i.keyword == "ARG" and i.arguments.startswith("WHEELHOUSE")]
+    assert declared == ['WHEELHOUSE=""'], "online unless a wheelhouse is named"
+    runs = pip_runs(dockerfile)
+    assert [f for run in runs for f in requirement_files([run])] == ["requirements/lock.txt", "requirements/source-builds.txt"]
+    for run in runs:
+        # bind-mounted (never a layer); requirements/ stands in when there is no wheelhouse
+        assert "--mount=type=bind,source=${WHEELHOUSE:-requirements},target=/wheelhouse" in run
+        assert 'if [ -n "$WHEELHOUSE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheelhouse; fi' in run
+    assert "pip==24.3.1" in runs[0], "pip itself comes from the wheelhouse too"
+
+
+@pytest.mark.parametrize("wheelhouse", ["", "wheels"])
+def test_wheelhouse_switch_makes_pip_offline(tmp_path, wheelhouse):
+    """The Dockerfile's own switch, run by sh: with a wheelhouse, the real pip finds nothing but
+    the wheelhouse (empty here), without reaching any index; without one, the environment is
+    left alone."""
+    run = pip_runs(DOCKERFILES[0])[0]
+    switch = run[run.index("if [ -n"):run.index("fi") + 2]
+    (tmp_path / "wheelhouse").mkdir()
+    script = f'{switch}\n env | grep ^PIP_ | sort\n'.replace("/wheelhouse", str(tmp_path / "wheelhouse"))
+    env = {"PATH": "/usr/bin:/bin", "WHEELHOUSE": wheelhouse}
+    shown = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    if not wheelhouse:
+        assert shown.stdout == ""
+        return
+    assert shown.stdout.splitlines() == [f"PIP_FIND_LINKS={tmp_path / 'wheelhouse'}", "PIP_NO_INDEX=1"]
+    pip_env = dict(line.split("=", 1) for line in shown.stdout.splitlines())
+    pip_env.update(PATH="/usr/bin:/bin", PIP_CONFIG_FILE=os.devnull, HOME=str(tmp_path))
+    result = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "pip==24.3.1"],
+                            capture_output=True, text=True, env=pip_env, timeout=120)
+    assert result.returncode != 0
+    assert "No matching distribution found for pip==24.3.1" in result.stderr
+    assert "Looking in links: " + str(tmp_path / "wheelhouse") in result.stdout
+    assert "indexes" not in result.stdout.lower()
+
+
+def test_cpu_dockerfile_serves_the_python_image_and_plain_debian():
+    """Debian's python3 lacks the venv module (python3-venv) and the official image has no apt
+    python3: each is installed only where the base lacks it, and the compiler only where
+    something compiles (no wheelhouse)."""
+    build, final = [s for s in stages(DOCKERFILES[0]) if s.name != "beam"]
+    build_run = " ".join(i.arguments for i in build.instructions if i.keyword == "RUN")
+    assert ('if ! python3 -c "import ensurepip" 2> /dev/null; then '
+            'apt-get install -y --no-install-recommends python3 python3-venv; fi') in build_run
+    assert 'if [ -z "$WHEELHOUSE" ]; then apt-get install -y --no-install-recommends g++; fi' in build_run
+    assert "sys.version_info[:2] == (3, 11)" in build_run and "python3 -m venv /opt/venv" in build_run
+    final_run = " ".join(i.arguments for i in final.instructions if i.keyword == "RUN")
+    assert final_run.startswith("if ! command -v python3 > /dev/null; then "
+                                "apt-get update && apt-get install -y --no-install-recommends python3 ")
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_scripts_parse_and_are_executable(script):
+    assert os.access(script, os.X_OK)
+    assert script.read_text().startswith("#!/usr/bin/env bash\n")
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "set -euo pipefail" in script.read_text()
+
+
+def test_check_image_passes_the_build_arguments_the_dockerfile_declares():
+    text = (REPO / "containers" / "check_image.sh").read_text()
+    passed = set(re.findall(r"--build-arg (\w+)=", text))
+    declared = set(global_args(DOCKERFILES[0])) | {i.arguments.partition("=")[0] for s in stages(DOCKERFILES[0])
+                                                    for i in s.instructions if i.keyword == "ARG"}
+    assert passed == {"BASE_IMAGE", "BEAM_SDK_IMAGE", "WHEELHOUSE"} and passed <= declared
+    assert "--isolation=chroot" in text and "-f containers/Dockerfile " in text
+
+
+def test_make_wheelhouse_refuses_to_start_wrongly(tmp_path):
+    script = str(REPO / "containers" / "make_wheelhouse.sh")
+    env = {"PATH": "/usr/bin:/bin"}
+    elsewhere = subprocess.run([script, str(tmp_path / "w")], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert elsewhere.returncode == 2
+    assert elsewhere.stderr.strip() == "make_wheelhouse.sh: run it from the repository root (requirements/ not found)"
+    no_python = subprocess.run([script, str(tmp_path / "w")], capture_output=True, text=True, cwd=REPO, timeout=60,
+                               env={**env, "PYTHON": str(tmp_path / "missing-python")})
+    assert no_python.returncode == 2
+    missing = tmp_path / "missing-python"
+    assert no_python.stderr.strip() == f"make_wheelhouse.sh: no Python at {missing}: run make setup first, or set PYTHON"
+    other = tmp_path / "python3.10"
+    other.write_text("#!/bin/sh\necho 3.10\n")
+    other.chmod(0o755)
+    old = subprocess.run([script, str(tmp_path / "w")], capture_output=True, text=True, cwd=REPO, timeout=60,
+                         env={**env, "PYTHON": str(other)})
+    assert old.returncode == 2
+    assert old.stderr.strip() == f"make_wheelhouse.sh: {other} is Python 3.10; the image needs 3.11 wheels"
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("layout, expected", [
+    ({"sources.list": "# deb http://old/debian bookworm main\n"
+                      "deb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main\n"},
+     "http://mirror.example/debian"),
+    ({"sources.list.d/debian.sources": "Types: deb\nURIs: http://sec.example/debian-security\nSuites: bookworm-security\n\n"
+                                       "Types: deb deb-src\nURIs: http://m.example/debian http://n.example/debian\n"
+                                       "Suites: bookworm bookworm-updates\nComponents: main\n"},
+     "http://m.example/debian"),
+    ({"sources.list.d/ubuntu.sources": "Types: deb\nURIs: http://archive.ubuntu.com/ubuntu\nSuites: jammy\n"}, ""),
+])
+def test_check_image_takes_the_debian_mirror_apt_uses(tmp_path, layout, expected):
+    for name, text in layout.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    script = (REPO / "containers" / "check_image.sh").read_text()
+    function = script[script.index("debian_mirror() {"):script.index("\n}\n", script.index("debian_mirror() {")) + 3]
+    result = subprocess.run(["bash", "-c", f'{function}\ndebian_mirror "$1"', "bash", str(tmp_path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected

@@ -1,46 +1,41 @@
-"""Multi-worker steps as Vertex AI CustomJobs: the real google-cloud-aiplatform client (REST)
-against a local endpoint that records requests and answers like the Vertex AI API."""
+"""Multi-worker steps as Vertex AI CustomJobs (``resources.runner: vertex``).
+
+The pipeline is compiled with google-cloud-pipeline-components' CustomJob wrapper; the tests
+read the compiled IR (what Vertex AI Pipelines receives) and run a replica's command from it
+as real processes, one per replica, with ``CLUSTER_SPEC`` as Vertex AI sets it.
+"""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-import re
-import signal
+import shutil
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import pytest
 import yaml
-from google.auth.credentials import AnonymousCredentials
-from google.cloud.aiplatform_v1.types import AcceleratorType
 
 from components import pipeline_task, storage
-from components.config import GnnflowConfig, apply_overrides, load_config, parse_config
-from components.config_source import config_from_arguments
-from components.custom_job import StepJob, run_step_job, worker_pool_specs
+from components.config import apply_overrides, load_config, parse_config
 from components.errors import GnnflowError
-from components.train.__main__ import parse_args as train_args
-from tests.recording_server import RecordedRequest, RecordingServer
+from pipelines.cli import main as gnnflow
 
 IMAGE = "us-docker.pkg.dev/acme-ml/gnn/gnnflow:2.0"
-PARENT = "projects/acme-ml/locations/europe-west4"
-JOB = r"/v1/(?P<name>projects/[^/]+/locations/[^/]+/customJobs/[^/:]+)"
-CONFIG = """\
+MULTI_WORKER = ("partition", "train", "infer")
+GRAPH = """\
 graph:
   nodes: [{type: paper, uri: gs://data/nodes.parquet, label_column: label}]
   edges: [{type: cites, uri: gs://data/edges.parquet, src_type: paper, dst_type: paper}]
-training: {epochs: 7}
+"""
+RESOURCES = """\
 resources:
   world_size: 4
   runner: vertex
+  requests: {cpu: "2", memory: 8G}
   custom_job:
-    project: acme-ml
-    location: europe-west4
     machine_type: n1-highmem-16
     accelerator_type: NVIDIA_TESLA_T4
     accelerator_count: 2
@@ -48,181 +43,193 @@ resources:
     service_account: gnn-trainer@acme-ml.iam.gserviceaccount.com
     network: projects/1234/global/networks/ml
     timeout_s: 7200
+    tensorboard: projects/acme-ml/locations/europe-west4/tensorboards/42
 """
-OFFLINE = {"GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1:9", "grpc_proxy": "http://127.0.0.1:9"}
 
 
-def add_custom_job_routes(server: RecordingServer, states: Iterable[str]) -> None:
-    """Create answers JOB_STATE_PENDING; each GET answers the next of ``states`` (the last repeats)."""
-    jobs: dict[str, dict] = {}
-    ids = itertools.count(1)
-    states = list(states)
-    polls = itertools.chain(states, itertools.repeat(states[-1]))
-
-    def create(request: RecordedRequest, match: re.Match[str]):
-        name = f"{match['parent']}/customJobs/{next(ids)}"
-        jobs[name] = {**request.json, "name": name, "state": "JOB_STATE_PENDING"}
-        return 200, jobs[name]
-
-    def get(request: RecordedRequest, match: re.Match[str]):
-        job = jobs[match["name"]] = {**jobs[match["name"]], "state": next(polls)}
-        if job["state"] == "JOB_STATE_FAILED":
-            job["error"] = {"code": 3, "message": "The replica workerpool1-0 exited with a non-zero status of 2."}
-        return 200, job
-
-    server.route("POST", r"/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/customJobs", create)
-    server.route("GET", JOB, get)
-    server.route("POST", JOB + ":cancel", (200, {}))
+def _compile(folder: Path, resources: str, image: str = IMAGE) -> dict:
+    config, out = folder / "config.yaml", folder / "pipeline.yaml"
+    config.write_text(GRAPH + resources)
+    assert gnnflow(["compile", "-o", str(out), "--image", image, "--config", str(config)]) == 0
+    return yaml.safe_load(out.read_text())
 
 
-@pytest.fixture
-def vertex(monkeypatch) -> Iterator[RecordingServer]:
-    for name, value in OFFLINE.items():
-        monkeypatch.setenv(name, value)
-    with RecordingServer() as server:
-        yield server
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory) -> dict:
+    return _compile(tmp_path_factory.mktemp("vertex"), RESOURCES)
 
 
-def _config(server: RecordingServer, **overrides: object) -> GnnflowConfig:
-    config = parse_config(CONFIG, "test config")
-    return apply_overrides(config, {"resources.custom_job.api_endpoint": server.url, **overrides})
+def _job_inputs(spec: dict, step: str) -> dict:
+    """The CustomJob component's parameters with the values compiled in (their defaults)."""
+    declared = spec["components"][f"comp-{step}"]["inputDefinitions"]["parameters"]
+    return {name: p.get("defaultValue") for name, p in declared.items()}
 
 
-def _train_job() -> StepJob:
-    output = storage.parse_uri("gs://acme-pipelines/root/123/train/model")
-    return StepJob("train", IMAGE, ("--input", "gs://acme-pipelines/root/123/partition/partitions", "--output", str(output)), output)
+def test_multi_worker_tasks_are_custom_jobs_that_vertex_pipelines_launches(spec):
+    executors, tasks = spec["deploymentSpec"]["executors"], spec["root"]["dag"]["tasks"]
+    for step in MULTI_WORKER:
+        container = executors[f"exec-{step}"]["container"]
+        assert container["command"] == ["python3", "-u", "-m", "google_cloud_pipeline_components.container.v1.custom_job.launcher"]
+        assert container["args"][:2] == ["--type", "CustomJob"]
+        assert container["image"] == "gcr.io/ml-pipeline/google-cloud-pipeline-components:2.22.0"
+        assert "resources" not in container  # the launcher needs no machine of its own: requests apply to the other tasks
+        inputs = _job_inputs(spec, step)
+        assert inputs["display_name"] == f"gnnflow-{step}"
+        assert inputs["labels"] == {"gnnflow-step": step}
+        assert inputs["service_account"] == "gnn-trainer@acme-ml.iam.gserviceaccount.com"
+        assert inputs["network"] == "projects/1234/global/networks/ml"
+        assert inputs["timeout"] == "7200s"
+        assert inputs["restart_job_on_worker_restart"] is True
+        assert inputs["project"] == "{{$.pipeline_google_cloud_project_id}}"  # the pipeline's own project and region
+        assert inputs["location"] == "{{$.pipeline_google_cloud_location}}"
+        assert inputs["tensorboard"] == ("projects/acme-ml/locations/europe-west4/tensorboards/42" if step == "train" else "")
+        # The step's own artifacts stay the task's, so the DAG and the run's lineage are unchanged.
+        outputs = spec["components"][f"comp-{step}"]["outputDefinitions"]
+        assert set(outputs["parameters"]) == {"gcp_resources"}  # the job's name, which the console links
+        assert tasks[step]["inputs"]["parameters"]["replicas"] == {"runtimeValue": {"constant": 4}}
+    train_root = tasks["train"]["inputs"]["parameters"]["base_output_directory"]["runtimeValue"]["constant"]
+    assert train_root == "{{$.pipeline_root}}/{{$.pipeline_job_uuid}}/train-custom-job"  # AIP_TENSORBOARD_LOG_DIR lies below
+    assert "base_output_directory" not in tasks["partition"]["inputs"]["parameters"]
+    for step in ("preprocess", "serialize", "report"):  # unchanged: run in their task, with the task requests
+        container = executors[f"exec-{step}"]["container"]
+        assert container["image"] == IMAGE and container["resources"]["resourceCpuLimit"] == "2", step
 
 
-def test_train_job_request_carries_replicas_machine_image_and_config(vertex):
-    add_custom_job_routes(vertex, ["JOB_STATE_SUCCEEDED"])
-    config = _config(vertex)
-    name = run_step_job(_train_job(), config, credentials=AnonymousCredentials())
-
-    assert name == f"{PARENT}/customJobs/1"
-    [create] = vertex.seen("POST", rf"/v1/{PARENT}/customJobs")
-    body = create.json
-    assert body["displayName"].startswith("gnnflow-train-")
-    assert body["labels"] == {"gnnflow-step": "train"}
-    spec = body["jobSpec"]
-    assert spec["serviceAccount"] == "gnn-trainer@acme-ml.iam.gserviceaccount.com"
-    assert spec["network"] == "projects/1234/global/networks/ml"
-    assert spec["scheduling"] == {"timeout": "7200s", "restartJobOnWorkerRestart": True}
-    assert spec["baseOutputDirectory"]["outputUriPrefix"] == "gs://acme-pipelines/root/123/train/model/_custom_job"
-    chief, workers = spec["workerPoolSpecs"]
-    assert (chief["replicaCount"], workers["replicaCount"]) == ("1", "3")  # world_size 4, one process per replica
-    for pool in (chief, workers):
-        assert pool["machineSpec"]["machineType"] == "n1-highmem-16"
-        assert pool["machineSpec"]["acceleratorType"] == AcceleratorType.NVIDIA_TESLA_T4.value  # REST sends enums as numbers
-        assert pool["machineSpec"]["acceleratorCount"] == 2
-        assert pool["diskSpec"] == {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 200}
-        container = pool["containerSpec"]
-        assert container["imageUri"] == IMAGE
-        assert container["command"] == ["python", "-m", "components.train"]
-        args = container["args"]
-        assert args[0] == "--config-yaml"
-        assert args[2:] == ["--input", "gs://acme-pipelines/root/123/partition/partitions", "--output", "gs://acme-pipelines/root/123/train/model"]
-        # What a replica's command line makes of those arguments is the config the task resolved.
-        assert config_from_arguments(train_args(args)) == config
-    assert yaml.safe_load(chief["containerSpec"]["args"][1])["training"]["epochs"] == 7
-    assert len(vertex.seen("GET", JOB)) >= 1  # waited for the job
+def test_replica_pools_chief_and_workers_with_machine_disk_image_and_command(spec):
+    for step in MULTI_WORKER:
+        chief, workers = _job_inputs(spec, step)["worker_pool_specs"]
+        assert (chief["replica_count"], workers["replica_count"]) == (1, 3)  # world_size 4, one process per replica
+        for pool in (chief, workers):
+            assert pool["machine_spec"] == {"machine_type": "n1-highmem-16", "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 2}
+            assert pool["disk_spec"] == {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": 200}
+            container = pool["container_spec"]
+            assert container["image_uri"] == IMAGE
+            # Each replica runs the step's component in the step image: KFP's executor calls the
+            # step function, which reads CLUSTER_SPEC; the run's config and overrides arrive in
+            # the executor input (Vertex AI substitutes it, JSON-escaped, into the job request).
+            command = container["command"]
+            assert command[:2] == ["sh", "-ec"] and "python3 -m kfp.dsl.executor_main" in command[2]
+            assert f"def {step}(" in command[3] and "replicas: int" in command[3]
+            assert f"from components.{step}.step import {step} as run_step" in command[3]
+            assert "pip install" not in " ".join(command)
+            assert container["args"] == ["--executor_input", "{{$.json_escape[1]}}", "--function_to_execute", step]
+        assert {**chief, "replica_count": 0} == {**workers, "replica_count": 0}  # the same spec in both pools
 
 
-def test_one_pool_when_every_worker_fits_one_replica(vertex):
-    config = _config(vertex, **{"resources.processes_per_replica": 4, "resources.custom_job.accelerator_type": None})
-    [pool] = worker_pool_specs(_train_job(), config)
+def test_one_pool_when_every_worker_fits_one_replica(tmp_path):
+    spec = _compile(tmp_path, "resources: {world_size: 4, processes_per_replica: 4, runner: vertex}\n")
+    [pool] = _job_inputs(spec, "train")["worker_pool_specs"]
     assert pool["replica_count"] == 1
-    assert pool["machine_spec"] == {"machine_type": "n1-highmem-16"}
+    assert pool["machine_spec"] == {"machine_type": "n1-standard-8"}
+    inputs = _job_inputs(spec, "train")
+    assert (inputs["service_account"], inputs["network"], inputs["tensorboard"]) == ("", "", "")
+    assert spec["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["replicas"] == {"runtimeValue": {"constant": 1}}
+    assert "base_output_directory" not in spec["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
 
 
-def test_failed_job_is_an_error_with_vertex_message(vertex):
-    add_custom_job_routes(vertex, ["JOB_STATE_FAILED"])
-    with pytest.raises(GnnflowError) as error:
-        run_step_job(_train_job(), _config(vertex), credentials=AnonymousCredentials())
-    message = str(error.value)
-    assert f"CustomJob {PARENT}/customJobs/1 ended in JOB_STATE_FAILED" in message
-    assert "workerpool1-0 exited with a non-zero status of 2" in message
+@pytest.mark.parametrize(("resources", "message"), [
+    ("runner: vertex\n  custom_job: {accelerator_type: NVIDIA_TESLA_T5}",
+     "resources.custom_job.accelerator_type 'NVIDIA_TESLA_T5' is not a Vertex AI accelerator"),
+    ("runner: vertex\n  step_requests: {train: {accelerator_type: NVIDIA_TESLA_T4}}", "step_requests.train does not apply with runner vertex"),
+    ("runner: vertex\n  world_size: 3\n  processes_per_replica: 2", "world_size 3 is not a multiple of processes_per_replica 2"),
+    ("runner: vertex\n  custom_job: {tensorboard: my-board}", "key 'resources.custom_job.tensorboard'"),
+    ("runner: vertex\n  custom_job: {project: acme}", "key 'resources.custom_job.project': unknown key"),
+])
+def test_bad_vertex_resources_are_refused_at_compile_time(tmp_path, capsys, resources, message):
+    config, out = tmp_path / "config.yaml", tmp_path / "pipeline.yaml"
+    config.write_text(f"resources:\n  {resources}\n")
+    assert gnnflow(["compile", "-o", str(out), "--image", IMAGE, "--config", str(config)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
 
 
-def test_refused_job_is_an_error_naming_the_location(vertex):
-    vertex.route("POST", r"/v1/.*/customJobs", (403, {"error": {"code": 403, "status": "PERMISSION_DENIED",
-                                                                  "message": "Permission 'aiplatform.customJobs.create' denied"}}))
-    with pytest.raises(GnnflowError, match="refused the CustomJob in europe-west4: .*Permission 'aiplatform.customJobs.create' denied"):
-        run_step_job(_train_job(), _config(vertex), credentials=AnonymousCredentials())
+def test_the_placeholder_image_is_refused_with_runner_vertex(tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text("resources: {runner: vertex}\n")
+    assert gnnflow(["compile", "-o", str(tmp_path / "pipeline.yaml"), "--config", str(config)]) == 2
+    assert "the image 'gnnflow:latest' names no registry that Vertex AI could pull from" in capsys.readouterr().err
 
 
-def test_placeholder_image_and_local_output_are_refused_before_any_request(vertex):
-    with pytest.raises(GnnflowError, match="compile with --image"):
-        StepJob("train", "gnnflow:latest", (), storage.parse_uri("gs://b/model"))
-    config = _config(vertex)
-    with pytest.raises(GnnflowError, match="not on gs://"):
-        pipeline_task.run_multi_worker(config, "train", IMAGE, [], storage.parse_uri("/tmp/model"), lambda: None)
-    bad = apply_overrides(config, {"resources.custom_job.accelerator_type": "NVIDIA_TESLA_T5"})
-    with pytest.raises(GnnflowError, match="resources.custom_job.accelerator_type 'NVIDIA_TESLA_T5' is not a Vertex AI accelerator"):
-        run_step_job(_train_job(), bad, credentials=AnonymousCredentials())
-    assert vertex.requests == []
+def test_a_run_whose_config_asks_for_another_layout_is_refused_naming_both():
+    config = parse_config(GRAPH + RESOURCES, "test config")
+    pipeline_task.check_compiled_layout("train", config, 4)  # as compiled
+    cases = [
+        (config, 2, "compiled for runner vertex with 2 replica(s), but the run's config asks for runner vertex with 4 replica(s)"),
+        (config, 0, "compiled for runner local, but the run's config asks for runner vertex with 4 replica(s)"),
+        (apply_overrides(config, {"resources.runner": "local"}), 4, "compiled for runner vertex with 4 replica(s), but the run's config asks for runner local"),
+    ]
+    for run_config, replicas, message in cases:
+        with pytest.raises(GnnflowError, match="compile again with gnnflow compile --config") as error:
+            pipeline_task.check_compiled_layout("train", run_config, replicas)
+        assert message in str(error.value)
 
 
-_WAITER = """
-import sys
-from google.auth.credentials import AnonymousCredentials
-from components.config import apply_overrides, parse_config
-from tests.test_custom_job import CONFIG, _train_job
-from components.custom_job import run_step_job
-config = apply_overrides(parse_config(CONFIG, "test"), {"resources.custom_job.api_endpoint": sys.argv[1]})
-run_step_job(_train_job(), config, credentials=AnonymousCredentials())
-"""
-
-
-def test_sigterm_while_waiting_cancels_the_job(vertex):
-    add_custom_job_routes(vertex, ["JOB_STATE_RUNNING"])
-    waiter = subprocess.Popen([sys.executable, "-c", _WAITER, vertex.url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not vertex.seen("GET", JOB) and waiter.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert vertex.seen("GET", JOB), waiter.communicate(timeout=10)[0] if waiter.poll() is not None else "no poll within 60 s"
-        waiter.send_signal(signal.SIGTERM)
-        output = waiter.communicate(timeout=30)[0]
-    finally:
-        if waiter.poll() is None:
-            waiter.kill()
-    assert waiter.returncode == 143, output
-    assert [r.path for r in vertex.seen("POST", JOB + ":cancel")] == [f"/v1/{PARENT}/customJobs/1:cancel"]
-    assert "cancelling CustomJob" in output
-    assert len(vertex.seen("POST", rf"/v1/{PARENT}/customJobs")) == 1
-
-
-def test_the_replicas_the_job_describes_run_the_step_together(tmp_path, gcs_bucket):
-    """Each pool's container command, run as Vertex AI would (one process per replica, CLUSTER_SPEC
-    naming its place), partitions a graph on gs:// (the emulator): the chief publishes."""
+def test_the_replicas_the_compiled_job_describes_run_the_step_together(tmp_path, gcs_bucket):
+    """Each pool's container command from the compiled IR, run as Vertex AI would (one process per
+    replica, CLUSTER_SPEC naming its place, the executor input substituted), partitions a graph on
+    gs:// (the emulator): both replicas work, the chief publishes and alone writes the task's output."""
     from components.preprocess.step import preprocess
     from components.serialize.step import serialize
     from tests.tiny_graph import write_tiny_graph
 
-    config = apply_overrides(load_config(write_tiny_graph(tmp_path / "graph")),
-                             {"resources.world_size": 2, "resources.runner": "vertex"})
+    config = apply_overrides(load_config(write_tiny_graph(tmp_path / "graph")), {"resources.world_size": 2, "resources.runner": "vertex"})
     root = storage.parse_uri(f"gs://{gcs_bucket}/run")
     preprocess(config, root.join("preprocessed"))
     serialize(config, root.join("preprocessed"), root.join("tfrecords"))
-    output = root.join("partitions")
-    job = StepJob("partition", IMAGE, ("--input", str(root.join("tfrecords")), "--output", str(output)), output)
-    pools = worker_pool_specs(job, config)
+    spec = _compile(tmp_path, "resources: {world_size: 2, runner: vertex}\n")
+    pools = _job_inputs(spec, "partition")["worker_pool_specs"]
     assert [pool["replica_count"] for pool in pools] == [1, 1]
 
+    output = root.join("partitions")
+    executor_input = {
+        "inputs": {
+            "parameterValues": {"config": config.to_yaml(), "overrides": "{}", "replicas": 2},
+            "artifacts": {"tfrecords": _artifacts("tfrecords", str(root.join("tfrecords")))},
+        },
+        "outputs": {"artifacts": {"partitions": _artifacts("partitions", str(output))}},
+    }
     master = _free_port()  # the RPC port is the master's + 1, as on Vertex AI
     cluster = {"workerpool0": [f"127.0.0.1:{master}"], "workerpool1": ["127.0.0.1:1"]}
-    replicas = []
+    # python3 in the command must be this interpreter, as it is the image's on Vertex AI
+    environment = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    replicas, output_files = [], []
     for index, pool in enumerate(pools):
+        output_files.append(tmp_path / f"pool{index}" / "executor_output.json")
+        task_input = {**executor_input, "outputs": {**executor_input["outputs"], "outputFile": str(output_files[-1])}}
         container = pool["container_spec"]
-        command = [sys.executable, *container["command"][1:], *container["args"]]
-        spec = json.dumps({"cluster": cluster, "task": {"type": f"workerpool{index}", "index": 0}})
-        environment = {**os.environ, "CLUSTER_SPEC": spec}
-        replicas.append(subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    logs = [replica.communicate(timeout=300)[0] for replica in replicas]
+        args = [json.dumps(task_input) if arg == "{{$.json_escape[1]}}" else arg for arg in container["args"]]
+        cluster_spec = json.dumps({"cluster": cluster, "task": {"type": f"workerpool{index}", "index": 0}})
+        replicas.append(subprocess.Popen([*container["command"], *args], env={**environment, "CLUSTER_SPEC": cluster_spec},
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        logs = [replica.communicate(timeout=300)[0] for replica in replicas]
+    finally:
+        for replica in replicas:
+            if replica.poll() is None:
+                replica.kill()
+        shutil.rmtree(f"/gcs/{gcs_bucket}", ignore_errors=True)  # KFP's executor makes the gcsfuse folders of gs:// outputs
+        with_contents = os.path.isdir("/gcs") and os.listdir("/gcs")
+        if os.path.isdir("/gcs") and not with_contents:
+            os.rmdir("/gcs")
     assert [replica.returncode for replica in replicas] == [0, 0], "\n".join(logs)
+    assert "starting ranks 1-1 of 2" in logs[1]  # the worker replica took rank 1 from CLUSTER_SPEC
     published = storage.open_published(output, step="partition")
     assert published.manifest.counts["partitions"] == 2
     assert published.manifest.counts["nodes.item"] == 5
+    written = json.loads(output_files[0].read_text())["artifacts"]["partitions"]["artifacts"][0]
+    assert written["uri"] == str(output)
+    assert written["metadata"]["count_partitions"] == 2 and written["metadata"]["generation"] == published.manifest.generation
+    assert not output_files[1].exists()  # only the chief writes the task's executor output
+
+
+def test_a_worker_replica_of_a_local_task_is_an_error():
+    with pytest.raises(GnnflowError, match="non-leading cluster replica inside a pipeline task"):
+        pipeline_task.published_here("train", None, 0)
+    assert pipeline_task.published_here("train", None, 2) is None
+
+
+def _artifacts(name: str, uri: str) -> dict:
+    return {"artifacts": [{"name": name, "uri": uri, "type": {"schemaTitle": "system.Dataset"}, "metadata": {}}]}
 
 
 def _free_port() -> int:

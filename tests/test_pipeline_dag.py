@@ -88,9 +88,9 @@ def test_pipeline_parameters_reach_every_task(spec):
     # data_version keys preprocess's cache; the inference mode reaches infer.
     assert tasks["preprocess"]["inputs"]["parameters"]["data_version"] == {"componentInputParameter": "data_version"}
     assert tasks["infer"]["inputs"]["parameters"]["mode"] == {"componentInputParameter": "infer_mode"}
-    # Multi-worker steps know their own image, to run it as a Vertex AI CustomJob.
+    # Multi-worker steps know the layout they were compiled for: 0 replicas, workers inside the task (runner local).
     for name in ("partition", "train", "infer"):
-        assert tasks[name]["inputs"]["parameters"]["image"] == {"runtimeValue": {"constant": IMAGE}}
+        assert tasks[name]["inputs"]["parameters"]["replicas"] == {"runtimeValue": {"constant": 0}}
 
 
 def test_every_executor_runs_the_image_without_installing_anything(spec):

@@ -15,7 +15,7 @@ from components import storage
 from components.config import load_config
 from pipelines.cli import main as gnnflow
 from pipelines.submit import RunRequest, prepare_run
-from tests.recording_server import TEST_IMAGE, RecordingServer, add_kfp_routes, add_vertex_routes
+from tests.recording_server import TEST_IMAGE, RecordingServer, add_kfp_routes, add_metadata_routes, add_vertex_routes
 
 STEPS = {"preprocess", "serialize", "partition", "train", "infer", "report"}
 JOBS = r"/v1/projects/demo-project/locations/europe-west4/pipelineJobs"
@@ -60,6 +60,54 @@ def test_vertex_submission_sends_spec_parameters_account_labels_and_root(recorde
     assert json.loads(parameters["overrides"]) == {"training.epochs": 5}
     assert parameters["data_version"].startswith("sha256:") and len(parameters["data_version"]) == 39
     assert parameters["infer_mode"] == "sampled"
+
+
+def test_experiment_is_created_and_the_run_joins_it(recorder, gcs_bucket, config_uri, package, capsys):
+    """--experiment: what the SDK's PipelineJob.submit(experiment=...) sends. Vertex AI then lists the
+    run in the experiment with the metadata of its system.Metrics artifacts (report's: the final metrics)."""
+    add_metadata_routes(recorder)
+    assert gnnflow(["submit", "--config", config_uri, "--package", package, "--job-id", "gnnflow-exp-1", "--experiment", "gnn-sweeps",
+                    "--service-account", "runner@demo-project.iam.gserviceaccount.com", *vertex_args(recorder, gcs_bucket)]) == 0
+    job = "projects/demo-project/locations/europe-west4/pipelineJobs/gnnflow-exp-1"
+    assert capsys.readouterr().out.strip() == job
+    store = "/v1/projects/demo-project/locations/europe-west4/metadataStores/default"
+    [created] = recorder.seen("POST", store + "/contexts")
+    assert created.query["contextId"] == ["gnn-sweeps"]
+    assert created.json["schemaTitle"] == "system.Experiment" and created.json["displayName"] == "gnn-sweeps"
+    [post] = recorder.seen("POST", JOBS)
+    assert post.query["pipelineJobId"] == ["gnnflow-exp-1"]
+    assert post.json["serviceAccount"] == "runner@demo-project.iam.gserviceaccount.com"
+    assert post.json["runtimeConfig"]["parameterValues"]["infer_mode"] == "sampled"
+    [link] = recorder.seen("POST", store + "/contexts/gnn-sweeps:addContextChildren")
+    assert link.json == {"childContexts": [f"{store[4:]}/contexts/gnnflow-exp-1"]}  # the run's system.PipelineRun context
+    order = [r.path for r in recorder.requests if r.method == "POST"]
+    assert order.index(created.path) < order.index(post.path) < order.index(link.path)  # the experiment first, the link last
+    assert all("authorization" not in r.headers for r in recorder.requests)
+
+    # The experiment exists now: a second run joins it without creating it again.
+    assert gnnflow(["submit", "--config", config_uri, "--package", package, "--job-id", "gnnflow-exp-2", "--experiment", "gnn-sweeps",
+                    *vertex_args(recorder, gcs_bucket)]) == 0
+    assert len(recorder.seen("POST", store + "/contexts")) == 1
+    assert len(recorder.seen("POST", store + "/contexts/gnn-sweeps:addContextChildren")) == 2
+
+
+def test_experiment_name_and_schedule_misuse_are_refused_before_sending(recorder, gcs_bucket, config_uri, package, capsys):
+    assert gnnflow(["submit", "--config", config_uri, "--package", package, "--experiment", "GNN_Sweeps",
+                    *vertex_args(recorder, gcs_bucket)]) == 2
+    assert "--experiment 'GNN_Sweeps': a Vertex AI Experiment name is lower-case letters" in capsys.readouterr().err
+    assert gnnflow(["schedule", "create", "--config", config_uri, "--package", package, "--cron", "0 3 * * *",
+                    "--experiment", "gnn-sweeps", *vertex_args(recorder, gcs_bucket)]) == 2
+    assert "a Vertex AI schedule cannot put its runs in an experiment" in capsys.readouterr().err
+    assert not recorder.seen("POST")
+
+
+def test_a_package_compiled_for_another_layout_is_refused_before_sending(recorder, gcs_bucket, config_uri, package, capsys):
+    assert gnnflow(["submit", "--config", config_uri, "--package", package, "--set", "resources.runner=vertex",
+                    "--set", "resources.world_size=2", *vertex_args(recorder, gcs_bucket)]) == 2
+    err = capsys.readouterr().err
+    assert f"pipeline package {package}: the pipeline was compiled for runner local, but the run's config asks for " \
+           "runner vertex with 2 replica(s)" in err
+    assert not recorder.seen("POST")
 
 
 def test_a_given_package_is_sent_as_compiled_and_no_cache_disables_every_task(recorder, gcs_bucket, config_uri, package):

@@ -253,3 +253,26 @@ def test_train_refuses_unpublished_partitions(tmp_path):
     with pytest.raises(GnnflowError, match="is not a published output"):
         train(with_updates(NODE_CLASSIFICATION), tmp_path / "nothing", tmp_path / "model")
 
+
+
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: device auto would train on it")
+
+
+@no_gpu
+def test_device_auto_and_cpu_train_alike_without_a_gpu(tmp_path, one_sided_validation):
+    # Without a GPU, auto resolves to the CPU placement, which is exactly the setting every run
+    # had before device placement existed: the same metrics, epochs and weights bit for bit.
+    raw, partitions, _ = one_sided_validation
+    runs = [published_state(train(with_updates(raw, training={"epochs": 2, "device": device}), partitions, tmp_path / device))
+            for device in ("auto", "cpu")]
+    assert runs[0][0]["epochs_run"] == 2
+    assert runs[0][0] == runs[1][0] and runs[0][1] == runs[1][1]
+    assert all(torch.equal(runs[0][2][name], runs[1][2][name]) for name in runs[0][2])
+
+
+@no_gpu
+def test_device_cuda_without_a_gpu_fails_before_any_worker_starts(tmp_path, one_sided_validation):
+    raw, partitions, _ = one_sided_validation
+    with pytest.raises(GnnflowError, match="training.device is cuda but this process sees no GPU"):
+        train(with_updates(raw, training={"device": "cuda"}), partitions, tmp_path / "model")
+    assert not (tmp_path / "model").exists()

@@ -24,9 +24,13 @@
    messages; with one subprocess and concurrency 1 that is one message, and the channel never
    delivers. This one needs no patch: ``sampling.py`` sets ``channel_capacity`` itself
    (``CHANNEL_BATCHES_PER_SUBPROCESS``).
+5. GLT's CPU sampler draws neighbours with replacement, with no option to turn it off:
+   ``distinct_sampling`` replaces the one-hop draw, local and served over RPC, with a seeded
+   draw without replacement (``training.replace: false``). Sampling subprocesses learn the
+   choice from their worker options (``REPLACE_OPTION``).
 
-Fixes 1 to 3 replace private functions of GLT, so :func:`install` refuses any GLT release but
-the one they were written against.
+Fixes 1, 3 and 5 replace private functions of GLT, so :func:`install` refuses any GLT release
+but the one they were written against.
 """
 
 from __future__ import annotations
@@ -36,8 +40,11 @@ from collections.abc import Iterator
 
 import torch
 
+from components.gnn import distinct_sampling
+
 _INSTALLED = False
 GLT_VERSION = "0.2.4"  # the release whose private functions the fixes replace
+REPLACE_OPTION = "gnnflow_replace"  # worker-options attribute: training.replace for a sampling subprocess
 
 
 def check_version(installed: str | None = None) -> None:
@@ -59,7 +66,7 @@ def check_version(installed: str | None = None) -> None:
 
 
 def install() -> None:
-    """Idempotent: patches this process's GLT (fix 1) and how it hands worker options to the
+    """Idempotent: patches this process's GLT (fixes 1, 3 and 5) and how it hands worker options to the
     sampling subprocesses it spawns, so that they patch theirs."""
     global _INSTALLED
     if _INSTALLED:
@@ -85,6 +92,7 @@ def install() -> None:
 
     dist_sampler_module.format_hetero_sampler_output = format_in_sampled_order
     sampler_module.format_hetero_sampler_output = format_in_sampled_order
+    distinct_sampling.install()  # fix 5, around fix 1's _sample_one_hop
     ForkingPickler.register(MpDistSamplingWorkerOptions, lambda options: (_options_with_fixes, (options.__dict__,)))
     _INSTALLED = True
 
@@ -116,9 +124,10 @@ def format_in_sampled_order(sample, edge_dir: str = "out"):
 
 
 def _options_with_fixes(state: dict):
-    """Unpickles worker options in a GLT sampling subprocess, installing the fixes first (the
-    subprocess unpickles its arguments before it builds its sampler)."""
+    """Unpickles worker options in a GLT sampling subprocess, installing the fixes first and
+    setting its draw (fix 5): the subprocess unpickles its arguments before it builds its sampler."""
     install()
+    distinct_sampling.set_replacement(bool(state.get(REPLACE_OPTION, False)))
     from graphlearn_torch.distributed import MpDistSamplingWorkerOptions
 
     options = MpDistSamplingWorkerOptions.__new__(MpDistSamplingWorkerOptions)

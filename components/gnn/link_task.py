@@ -34,7 +34,7 @@ def in_batch_negatives(pairs: torch.Tensor, label: torch.Tensor, rolls: int) -> 
         return pairs, label
     shifts = [1 + (r % (m - 1)) for r in range(rolls)]
     extra = torch.cat([torch.stack([positive[0], positive[1].roll(shift)]) for shift in shifts], dim=1)
-    return torch.cat([pairs, extra], dim=1), torch.cat([label, torch.zeros(extra.shape[1], dtype=label.dtype)])
+    return torch.cat([pairs, extra], dim=1), torch.cat([label, torch.zeros(extra.shape[1], dtype=label.dtype, device=label.device)])
 
 
 # Pair labels handed to GLT: its random negatives come back labelled 0; GLT would shift labels

@@ -7,9 +7,10 @@ import torch.distributed as dist
 
 
 def confusion_matrix(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """(num_classes, num_classes) int64 counts, rows: true class, columns: predicted class."""
+    """(num_classes, num_classes) int64 counts, rows: true class, columns: predicted class; on
+    the host whatever the inputs' device (counts are summed over workers by gloo)."""
     index = target.to(torch.int64) * num_classes + pred.to(torch.int64)
-    return torch.bincount(index, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+    return torch.bincount(index, minlength=num_classes * num_classes).reshape(num_classes, num_classes).cpu()
 
 
 def all_sum(t: torch.Tensor) -> torch.Tensor:
@@ -51,9 +52,10 @@ AUC_BINS, AUC_LOGIT_RANGE = 100_000, 50.0
 
 
 def score_histogram(scores: torch.Tensor) -> torch.Tensor:
-    """(AUC_BINS,) int64 counts of the logits ``scores`` (m,) in equal bins over +-AUC_LOGIT_RANGE."""
+    """(AUC_BINS,) int64 counts of the logits ``scores`` (m,) in equal bins over +-AUC_LOGIT_RANGE,
+    on the host whatever the device of ``scores``."""
     scaled = (scores.detach().to(torch.float64) + AUC_LOGIT_RANGE) / (2 * AUC_LOGIT_RANGE) * AUC_BINS
-    return torch.bincount(scaled.floor().clamp(0, AUC_BINS - 1).to(torch.int64), minlength=AUC_BINS)
+    return torch.bincount(scaled.floor().clamp(0, AUC_BINS - 1).to(torch.int64), minlength=AUC_BINS).cpu()
 
 
 def histogram_auc(positive: torch.Tensor, negative: torch.Tensor) -> float:

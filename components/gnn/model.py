@@ -13,9 +13,10 @@ import torch
 from torch import nn
 from torch_geometric.nn import GATv2Conv, GraphConv, HeteroConv, SAGEConv
 from torch_geometric.nn.conv import MessagePassing
-from torch_geometric.nn.models import MLP, GraphSAGE
+from torch_geometric.nn.models import GCN, MLP, GraphSAGE
 
 from components.config import ModelSpec
+from components.errors import GnnflowError
 
 EdgeType = tuple[str, str, str]
 
@@ -37,6 +38,19 @@ class HomogeneousSAGE(GraphSAGE):
 
     def __init__(self, node_type: str, in_dim: int, spec: ModelSpec) -> None:
         super().__init__(in_dim, spec.hidden_channels, spec.num_layers, dropout=spec.dropout, aggr=spec.aggregation)
+        self.node_type = node_type
+
+    def encode_batch(self, batch) -> dict[str, torch.Tensor]:
+        return {self.node_type: self(batch.x, batch.edge_index)}
+
+
+class HomogeneousGCN(GCN):
+    """PyG's GCN stack (symmetric-normalised sum over neighbours and the node itself, GCNConv) on
+    one node type: (n, in_dim) features, (2, e) edges → (n, hidden). ``model.aggregation`` does
+    not apply to it."""
+
+    def __init__(self, node_type: str, in_dim: int, spec: ModelSpec) -> None:
+        super().__init__(in_dim, spec.hidden_channels, spec.num_layers, dropout=spec.dropout)
         self.node_type = node_type
 
     def encode_batch(self, batch) -> dict[str, torch.Tensor]:
@@ -108,10 +122,15 @@ class HeteroEncoder(nn.Module):
 
 def build_encoder(spec: ModelSpec, inputs: dict[str, NodeInput], edge_types: list[EdgeType],
                   edge_dims: dict[EdgeType, int]) -> nn.Module:
-    """PyG's plain GraphSAGE stack where it fits (one featured node type, one edge type:
-    exact inference rebuilds it layer by layer), a ``HeteroEncoder`` otherwise."""
+    """PyG's plain GraphSAGE or GCN stack where it fits (one featured node type, one edge type:
+    full-graph training and exact inference rebuild it layer by layer), a ``HeteroEncoder`` otherwise."""
     (node_type, node), *others = inputs.items()
-    if spec.type == "graphsage" and not others and len(edge_types) == 1 and node.feature_dim:
+    homogeneous = not others and len(edge_types) == 1 and node.feature_dim
+    if spec.type == "gcn":
+        if not homogeneous:
+            raise GnnflowError("model.type gcn supports homogeneous graphs with node features (one node type, one edge type)")
+        return HomogeneousGCN(node_type, node.feature_dim, spec)
+    if spec.type == "graphsage" and homogeneous:
         return HomogeneousSAGE(node_type, node.feature_dim, spec)
     return HeteroEncoder(inputs, edge_types, spec, edge_dims)
 

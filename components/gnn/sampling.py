@@ -9,8 +9,9 @@ import torch
 import torch.distributed as dist
 
 from components.config import GnnflowConfig, TrainingSpec
-from components.gnn import glt_compat
+from components.gnn import distinct_sampling, glt_compat
 from components.gnn.build import forward_edge_name, uses_edge_features
+from components.gnn.device import CPU_PLACEMENT, Placement
 from components.gnn.model import EdgeType
 from components.launcher import WorkerContext
 from components.partition.dataset import edge_type_tuple
@@ -35,9 +36,11 @@ class SamplingSetup:
     edge_dir: str  # "out" when partitions hold edges by source, else "in"
     fan_outs: list[int] | dict[EdgeType, list[int]]  # per hop; per stored edge type on heterogeneous graphs
     with_edge: bool = False  # batches carry edge ids and edge features
+    placement: Placement = CPU_PLACEMENT  # where sampling runs and batches arrive
 
     @staticmethod
-    def of(ctx: WorkerContext, config: GnnflowConfig, schema: GraphSchema, edge_dir: str) -> "SamplingSetup":
+    def of(ctx: WorkerContext, config: GnnflowConfig, schema: GraphSchema, edge_dir: str,
+           placement: Placement = CPU_PLACEMENT) -> "SamplingSetup":
         """The setup for ``schema``'s graph: ``training.fan_outs`` resolved per stored edge type."""
         if schema.is_heterogeneous:
             fan_outs: list[int] | dict[EdgeType, list[int]] = {
@@ -45,7 +48,7 @@ class SamplingSetup:
             }
         else:
             fan_outs = config.fan_outs_of(next(iter(schema.message_edge_types)))
-        return SamplingSetup(ctx, config.training, edge_dir, fan_outs, uses_edge_features(schema, config))
+        return SamplingSetup(ctx, config.training, edge_dir, fan_outs, uses_edge_features(schema, config), placement)
 
     def worker_options(self):
         """GLT's options for one loader; collective in multiprocess mode (every rank calls it)."""
@@ -59,11 +62,12 @@ class SamplingSetup:
         # order (see RPC_THREADS); with one subprocess, batches then arrive in a fixed order too.
         options = glt.distributed.MpDistSamplingWorkerOptions(
             num_workers=self.training.sampling_workers,
+            worker_devices=self.placement.sampling_devices(self.training.sampling_workers),
             worker_concurrency=1,
             master_addr=self.ctx.master_addr,
             master_port=self._port_chosen_by_rank_zero(),
             channel_size="256MB",
-            pin_memory=False,
+            pin_memory=self.placement.on_cuda,  # page-locked channel: faster copies to the GPU
             num_rpc_threads=RPC_THREADS,
             rpc_timeout=180,
         )
@@ -71,6 +75,7 @@ class SamplingSetup:
         # shared-memory queue never delivers with a capacity of 1 (producer and consumer both
         # wait); room for a few finished batches per subprocess also lets sampling run ahead.
         options.channel_capacity = CHANNEL_BATCHES_PER_SUBPROCESS * self.training.sampling_workers
+        setattr(options, glt_compat.REPLACE_OPTION, self.training.replace)  # the subprocesses build the samplers
         return options
 
     def _port_chosen_by_rank_zero(self) -> int:
@@ -93,11 +98,11 @@ def node_loader(setup: SamplingSetup, dataset, seeds: torch.Tensor | tuple[str, 
 
     glt_compat.install()
 
-    with glt_compat.start_barriers_kept() as kept:
+    with glt_compat.start_barriers_kept() as kept, distinct_sampling.replacement(setup.training.replace):
         loader = glt.distributed.DistNeighborLoader(
             dataset, fan_outs or setup.fan_outs, seeds, batch_size=batch_size, shuffle=shuffle, with_edge=setup.with_edge,
             collect_features=True, edge_dir=setup.edge_dir, random_seed=setup.training.seed + setup.ctx.rank,
-            worker_options=setup.worker_options(),
+            to_device=setup.placement.device, worker_options=setup.worker_options(),
         )
     return glt_compat.keep_with(loader, kept)
 
@@ -112,12 +117,12 @@ def link_loader(setup: SamplingSetup, dataset, edge_type: str | None, pairs: tor
 
     seeds = (edge_type_tuple(edge_type), pairs) if edge_type else pairs
     negatives = glt.sampler.NegativeSampling("binary", setup.training.negative_ratio) if random_negatives else None
-    with glt_compat.start_barriers_kept() as kept:
+    with glt_compat.start_barriers_kept() as kept, distinct_sampling.replacement(setup.training.replace):
         loader = glt.distributed.DistLinkNeighborLoader(
             dataset, setup.fan_outs, batch_size=setup.training.batch_size, edge_label_index=seeds, edge_label=labels,
             with_edge=setup.with_edge, neg_sampling=negatives, shuffle=shuffle,
             collect_features=True, edge_dir=setup.edge_dir, random_seed=setup.training.seed + setup.ctx.rank,
-            worker_options=setup.worker_options(),
+            to_device=setup.placement.device, worker_options=setup.worker_options(),
         )
     return glt_compat.keep_with(loader, kept)
 
@@ -141,7 +146,7 @@ class RemoteCounter:
             pairs = [(next(iter(self.ends)), batch.node)]
         for node_type, ids in pairs:
             self.sampled += len(ids)
-            self.remote += int((torch.searchsorted(self.ends[node_type], ids, right=True) != self.rank).sum())
+            self.remote += int((torch.searchsorted(self.ends[node_type], ids.cpu(), right=True) != self.rank).sum())
 
     def fraction(self) -> float:
         """Remote share of every worker's sampled nodes so far (collective)."""

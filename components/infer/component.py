@@ -6,25 +6,24 @@ from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
 
 def infer(
-    config: str, overrides: str, image: str, mode: str,
+    config: str, overrides: str, replicas: int, mode: str,
     partitions: Input[Dataset], model: Input[Model], embeddings: Output[Dataset], metrics: Output[Metrics],
 ) -> None:
     """Embeds (and classifies) every node into ``embeddings``; logs the test metrics recomputed from them.
 
-    ``mode``: sampled (neighbour sampling) or exact (full neighbourhoods, layer by layer). The
-    workers run inside this task, or as a Vertex AI CustomJob of ``image`` when
-    ``resources.runner`` is vertex.
+    ``mode``: sampled (neighbour sampling) or exact (full neighbourhoods, layer by layer).
+    ``replicas``: 0 when the workers run inside this task; N when this function runs on each of
+    the N replicas of a Vertex AI CustomJob (``resources.runner: vertex``, fixed at compile time).
     """
     from components import pipeline_task
     from components.infer.step import infer as run_step
 
-    with pipeline_task.running("infer", config, overrides) as resolved:
+    with pipeline_task.running("infer", config, overrides, replicas) as resolved:
         parts, trained = pipeline_task.artifact_uri(partitions), pipeline_task.artifact_uri(model)
         output = pipeline_task.artifact_uri(embeddings)
-        arguments = ["--partitions", str(parts), "--model", str(trained), "--output", str(output), "--mode", mode]
-        published = pipeline_task.run_multi_worker(
-            resolved, "infer", image, arguments, output, lambda: run_step(resolved, parts, trained, output, mode=mode),
-        )
+        published = pipeline_task.published_here("infer", run_step(resolved, parts, trained, output, mode=mode), replicas)
+        if published is None:
+            return
         pipeline_task.describe(embeddings, published)
         pipeline_task.log_metrics(metrics, published.read_json("metrics.json"))
 

@@ -1,5 +1,6 @@
 """Sampled inference: GLT's distributed neighbor loader over every node a worker owns, with the
-fan-outs of training, and the encoder on each sampled mini-batch."""
+fan-outs of training, and the encoder on each sampled mini-batch (on the worker's device; the
+results come back to the host, where they are written)."""
 
 from __future__ import annotations
 
@@ -35,11 +36,12 @@ def sampling_types(stored_edge_types: Iterable[str], edge_dir: str) -> set[str]:
     return {src if edge_dir == "out" else dst for src, _, dst in ends}
 
 
-def _without_neighbours(model: torch.nn.Module, part: StoredPartition, node_type: str) -> torch.Tensor:
-    """(n, hidden) embeddings of this partition's nodes of a type no edge reaches: the encoder on
-    their own features (or learnt embeddings), as on a subgraph of seeds only (which GLT cannot batch)."""
+def _without_neighbours(model: torch.nn.Module, part: StoredPartition, node_type: str, device: torch.device) -> torch.Tensor:
+    """(n, hidden) embeddings, on ``device``, of this partition's nodes of a type no edge reaches: the
+    encoder on their own features (or learnt embeddings), as on a subgraph of seeds only (which GLT cannot batch)."""
     nodes = part.nodes[node_type]
-    return model.encoder({node_type: nodes["features"].to(torch.float32)}, {}, {node_type: nodes["node_id"]})[node_type]
+    features, ids = nodes["features"].to(device=device, dtype=torch.float32), nodes["node_id"].to(device)
+    return model.encoder({node_type: features}, {}, {node_type: ids})[node_type]
 
 
 @torch.no_grad()
@@ -61,9 +63,9 @@ def sampled_outputs(setup: SamplingSetup, dataset, part: StoredPartition, model:
         own = part.nodes[node_type]["node_id"]
         with_probabilities = classify and node_type == schema.target
         if node_type not in sampled:
-            embeddings = _without_neighbours(module, part, node_type)
+            embeddings = _without_neighbours(module, part, node_type, setup.placement.device)
             probabilities = class_probabilities(module, embeddings) if with_probabilities else None
-            results[node_type] = NodeOutputs(own.clone(), embeddings, probabilities)
+            results[node_type] = NodeOutputs(own.clone(), *setup.placement.to_host((embeddings, probabilities)))
             log.info("rank %d: %s: %d nodes embedded from their own features (no edges to sample in direction %r)",
                      setup.ctx.rank, node_type, len(own), setup.edge_dir)
             continue
@@ -73,7 +75,7 @@ def sampled_outputs(setup: SamplingSetup, dataset, part: StoredPartition, model:
         for batch in loader:
             ids, embeddings = _embed_batch(module, batch, node_type)
             probabilities = class_probabilities(module, embeddings) if with_probabilities else None
-            pieces.append(NodeOutputs(ids.clone(), embeddings, probabilities))
+            pieces.append(NodeOutputs(*setup.placement.to_host((ids.clone(), embeddings, probabilities))))
         loader.shutdown()
         out = concat_outputs(pieces if len(own) else [], model.spec.hidden_channels, with_probabilities, num_classes)
         seconds = time.perf_counter() - start

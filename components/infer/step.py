@@ -3,7 +3,8 @@ node classification, predict the target type's class), write Parquet shards keye
 original node ids, and recompute the test metrics from those shards.
 
 Modes: ``sampled`` (GLT distributed neighbor loader with the training fan-outs, any graph) and
-``exact`` (layer-wise full-neighbourhood GraphSAGE, homogeneous graphs; see :mod:`.layerwise`).
+``exact`` (full-neighbourhood GraphSAGE or GCN over the whole graph with the full-graph machinery,
+homogeneous graphs; see :mod:`.layerwise`).
 Link prediction embeds over the training edges only, as training sampled, so the test edges it
 scores never carried messages.
 
@@ -43,6 +44,7 @@ from components.launcher import WorkerContext, launch_staged
 from components.partition.step import STEP as PARTITION_STEP
 from components.partition.store import StoredPartition, read_metadata, read_original_ids, read_partition
 from components.train.step import STEP as TRAIN_STEP
+from components.gnn.device import Placement, check_device, worker_placement
 from components.gnn.link_labels import hard_negative_pairs, positive_pairs, training_edges
 from components.gnn.metrics import all_sum, classification_metrics
 
@@ -76,7 +78,8 @@ def message_edges(part: StoredPartition, world_size: int) -> dict[str, torch.Ten
     return training_edges(part, schema, world_size)
 
 
-def _sampled(ctx: WorkerContext, job: InferJob, part: StoredPartition, model: RestoredModel) -> dict[str, NodeOutputs]:
+def _sampled(ctx: WorkerContext, job: InferJob, part: StoredPartition, model: RestoredModel,
+             placement: Placement) -> dict[str, NodeOutputs]:
     import graphlearn_torch as glt
 
     from components.infer.sampled import sampled_outputs
@@ -84,10 +87,11 @@ def _sampled(ctx: WorkerContext, job: InferJob, part: StoredPartition, model: Re
     from components.gnn.sampling import RPC_THREADS, SamplingSetup
 
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
-    dataset = to_dist_dataset(part, edge_filter=message_edges(part, ctx.world_size))
+    dataset = to_dist_dataset(part, edge_filter=message_edges(part, ctx.world_size), placement=placement)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-infer")
     ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=300)
-    outputs = sampled_outputs(SamplingSetup.of(ctx, job.config, part.metadata.schema, edge_dir), dataset, part, model, job.config.training.eval_batch_size)
+    setup = SamplingSetup.of(ctx, job.config, part.metadata.schema, edge_dir, placement)
+    outputs = sampled_outputs(setup, dataset, part, model, job.config.training.eval_batch_size)
     glt.distributed.barrier()  # peers may still sample from this partition
     glt.distributed.shutdown_rpc()
     return outputs
@@ -172,7 +176,8 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     collective can deadlock: its destructor holds the GIL while a gloo thread needs it to free
     the collective's tensors; a worker stuck there with its result unsent stalls the step.)
     """
-    ctx.init_process_group()
+    placement = worker_placement(job.config.training, ctx)
+    ctx.init_process_group(backend=placement.backend)
     # Workers share this machine's cores; intra-op threads beyond their share only contend.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ctx.local_world_size))
     generation = [job.generation]  # on a cluster every replica's launcher named its own: rank 0's wins
@@ -184,11 +189,14 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     model = restore_model(storage.open_published(job.model, step=TRAIN_STEP), schema, job.config, edge_dir)
     start = time.perf_counter()
+    model.module.to(placement.device)
     if job.mode == "exact":
         keep = message_edges(part, ctx.world_size)
-        outputs = exact_outputs(part, model, ctx.rank, keep[schema.target] if keep else None)
+        outputs = exact_outputs(part, model, ctx.rank, keep[schema.target] if keep else None, device=placement.device,
+                                block_rows=job.config.training.full_graph_block_rows)
     else:
-        outputs = _sampled(ctx, job, part, model)
+        outputs = _sampled(ctx, job, part, model, placement)
+    model.module.cpu()  # the outputs are on the host; the link metrics below score host embeddings
     seconds = time.perf_counter() - start
     _check_complete(outputs, part)
     originals = {t: read_original_ids(partitions, ctx.rank, t) for t in schema.node_types}  # this partition's only
@@ -239,6 +247,7 @@ def infer(config: GnnflowConfig, partitions_uri: storage.Uri | str, model_uri: s
     if mode == "exact" and schema.is_heterogeneous:
         raise GnnflowError(f"--mode exact supports homogeneous graphs; {partitions.root} holds {len(schema.node_types)} node types "
                            f"and {len(schema.message_edge_types)} edge types: use --mode sampled")
+    check_device(config.training)
     restored = restore_model(model_output, schema, config, "out" if metadata.edge_assignment == "src" else "in")
     if mode == "exact":
         check_encoder(restored.module.encoder)

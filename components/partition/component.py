@@ -5,23 +5,22 @@ from kfp.dsl.python_component import PythonComponent
 from kfp.dsl import Dataset, Input, Output
 
 
-def partition(config: str, overrides: str, image: str, tfrecords: Input[Dataset], partitions: Output[Dataset]) -> None:
+def partition(config: str, overrides: str, replicas: int, tfrecords: Input[Dataset], partitions: Output[Dataset]) -> None:
     """Loads ``tfrecords`` with ``resources.world_size`` workers and writes their partitions into ``partitions``.
 
-    The workers run inside this task, or as a Vertex AI CustomJob of ``image`` when
-    ``resources.runner`` is vertex.
+    ``replicas``: 0 when the workers run inside this task; N when this function runs on each of
+    the N replicas of a Vertex AI CustomJob (``resources.runner: vertex``, fixed at compile time).
     """
     from components import pipeline_task
     from components.partition.step import partition as run_step
 
-    with pipeline_task.running("partition", config, overrides) as resolved:
+    with pipeline_task.running("partition", config, overrides, replicas) as resolved:
         source, output = pipeline_task.artifact_uri(tfrecords), pipeline_task.artifact_uri(partitions)
         resources = resolved.resources
-        published = pipeline_task.run_multi_worker(
-            resolved, "partition", image, ["--input", str(source), "--output", str(output)], output,
-            lambda: run_step(source, output, resolved.partition, resources.world_size, resources.processes_per_replica),
-        )
-        pipeline_task.describe(partitions, published)
+        result = run_step(source, output, resolved.partition, resources.world_size, resources.processes_per_replica)
+        published = pipeline_task.published_here("partition", result, replicas)
+        if published is not None:
+            pipeline_task.describe(partitions, published)
 
 
 def build_component(image: str) -> PythonComponent:

@@ -1,4 +1,4 @@
-"""A stored partition as a GLT ``DistDataset`` on the CPU (what train and infer sample from)."""
+"""A stored partition as a GLT ``DistDataset``, on the CPU or a worker's GPU (what train and infer sample from)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from components.gnn.device import CPU_PLACEMENT, Placement
 from components.partition.books import range_ends
 from components.partition.partitioner import stored_edge_types
 from components.partition.store import StoredPartition
@@ -34,14 +35,17 @@ def node_splits(part: StoredPartition) -> NodeSplits:
     return NodeSplits(pick(SPLIT_CODES["train"]), pick(SPLIT_CODES["val"]), pick(SPLIT_CODES["test"]))
 
 
-def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tensor] | None = None):
+def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tensor] | None = None,
+                    placement: Placement = CPU_PLACEMENT):
     """Builds a ``graphlearn_torch.distributed.DistDataset`` from partition ``part.index``.
 
     Homogeneous graphs (one node type, one edge type) use GLT's plain-tensor form, others its
     dict form keyed by node type / ``(src, relation, dst)``. Features and labels are held by
-    their owning partition and fetched over RPC by the samplers; ``feature_with_gpu`` is off,
-    as GLT requires on the CPU. ``edge_filter`` keeps only the masked edges of a type (e.g.
-    the training edges for link prediction).
+    their owning partition and fetched over RPC by the samplers. ``placement`` says where GLT
+    holds the adjacency and the features: plain CPU tensors (``with_gpu`` off, as GLT requires
+    on the CPU), or for a worker on a GPU its graph mode and its split of feature rows between
+    GPU and pinned host memory. Labels stay CPU tensors either way. ``edge_filter`` keeps only
+    the masked edges of a type (e.g. the training edges for link prediction).
     """
     import graphlearn_torch as glt  # imported here: GLT loads CUDA-linked libraries
 
@@ -81,9 +85,10 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
         edge_pb=(plain(edge_pb) if edge_pb else None),  # no edge features, no edge book (GLT accepts None)
         edge_dir="out" if meta.edge_assignment == "src" else "in",
     )
-    dataset.init_graph(edge_index=plain(edge_index), edge_ids=plain(edge_ids), layout="COO", graph_mode="CPU", directed=True)
+    dataset.init_graph(edge_index=plain(edge_index), edge_ids=plain(edge_ids), layout="COO", directed=True,
+                       **placement.glt_graph_args())
     if any(f.shape[1] for f in features.values()):
-        dataset.init_node_features(node_feature_data=plain(features), id2idx=plain(id2idx), with_gpu=False)
+        dataset.init_node_features(node_feature_data=plain(features), id2idx=plain(id2idx), **placement.glt_feature_args())
     if labels:
         label_ids = {t: id2idx[t] for t in labels}
         dataset.init_node_labels(node_label_data=plain(labels), id2idx=plain(label_ids))
@@ -91,6 +96,6 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
         edge_features = {edge_type_tuple(t): part.edges[t]["features"].to(torch.float32) for t in messages
                          if edge_type_tuple(t) in edge_pb}
         dataset.init_edge_features(edge_feature_data=plain(edge_features), id2idx=plain({e: edge_pb[e].id2index for e in edge_pb}),
-                                   with_gpu=False)
+                                   **placement.glt_feature_args())
     dataset.init_node_split((plain(splits.train), plain(splits.val), plain(splits.test)))
     return dataset

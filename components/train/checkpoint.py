@@ -22,7 +22,8 @@ CHECKPOINT_FILE = "_checkpoints/checkpoint.pt"
 
 
 # When to stop is not what was trained: raising epochs (or patience) continues the same run.
-_STOPPING_FIELDS = {"epochs", "early_stopping_patience"}
+# Nor is where it ran: a run started on GPUs may resume on the CPU and the other way round.
+_RESUMABLE_CHANGES = {"epochs", "early_stopping_patience", "device", "gpu_feature_fraction", "gpu_graph_placement"}
 
 
 def fingerprint(config: GnnflowConfig, partitions_generation: str, world_size: int) -> str:
@@ -30,7 +31,7 @@ def fingerprint(config: GnnflowConfig, partitions_generation: str, world_size: i
     so far, not how many there are to be."""
     shaping = {
         "task": config.task.model_dump(mode="json"), "model": config.model.model_dump(mode="json"),
-        "training": config.training.model_dump(mode="json", exclude=_STOPPING_FIELDS),
+        "training": config.training.model_dump(mode="json", exclude=_RESUMABLE_CHANGES),
         "partitions": partitions_generation, "world_size": world_size,
     }
     return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
@@ -62,8 +63,9 @@ def load(output: storage.Uri, expected_fingerprint: str) -> TrainingState | None
     uri = output.join(CHECKPOINT_FILE)
     if not storage.exists(uri):
         return None
-    # weights_only: a checkpoint is data, never code to run.
-    raw = torch.load(io.BytesIO(storage.read_bytes(uri)), weights_only=True)
+    # weights_only: a checkpoint is data, never code to run. Tensors saved from a GPU load onto
+    # the host (the trainer moves them where its model and optimizer live).
+    raw = torch.load(io.BytesIO(storage.read_bytes(uri)), map_location="cpu", weights_only=True)
     if raw.get("fingerprint") != expected_fingerprint:
         return None
     return TrainingState(**raw)

@@ -1,11 +1,14 @@
 """Step ``train``: N workers sample their partitions with GLT and train one model (``model.type``) under
-DistributedDataParallel; rank 0 checkpoints every epoch and writes the model and metrics.
+DistributedDataParallel, or with ``training.mode: full_graph`` train on the whole graph, each
+holding its partition (see :mod:`.full_graph`); rank 0 checkpoints every epoch and writes the
+model and metrics.
 
 Output (published atomically)::
 
     model.pt            best-validation ``state_dict`` (load with ``weights_only=True``)
     model_spec.json     what rebuilding the model needs (task, dims, classes, model section)
     metrics.jsonl       one line per epoch: loss, train/val metrics, seconds, batches/s
+    tensorboard/        the same curves as a TensorBoard event file (see components/train/curves.py)
     metrics.json        best epoch, validation and test metrics of the best model
     config.resolved.yaml
 """
@@ -29,11 +32,13 @@ from components.launcher import WorkerContext, launch_staged
 from components.partition.dataset import node_splits, to_dist_dataset
 from components.partition.step import STEP as PARTITION_STEP
 from components.partition.store import read_partition
-from components.train import checkpoint
+from components.train import checkpoint, curves
+from components.train.full_graph import full_graph_setup
 from components.gnn.build import build_model
+from components.gnn.device import check_device, worker_placement
 from components.gnn.link_labels import training_edges
 from components.gnn.link_task import LinkTask
-from components.gnn.model import HomogeneousSAGE
+from components.gnn.model import HomogeneousGCN, HomogeneousSAGE
 from components.gnn.node_task import NodeTask
 from components.gnn.sampling import RPC_THREADS, SamplingSetup
 
@@ -61,28 +66,46 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
-    """One trainer; returns the final metrics on rank 0, None elsewhere."""
+def _sampled_setup(ctx: WorkerContext, part, config: GnnflowConfig, edge_dir: str, placement):
+    """(task, model, the DDP module an epoch trains, what to call once training is over) for
+    sampled mini-batches: the partition as a GLT dataset, RPC to the peers, the loaders."""
     import graphlearn_torch as glt
 
+    schema = part.metadata.schema
+    link = schema.task_type == "link_prediction"
+    dataset = to_dist_dataset(part, edge_filter=training_edges(part, schema, ctx.world_size) if link else None, placement=placement)
+    glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-train")
+    ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=300)
+    setup = SamplingSetup.of(ctx, config, schema, edge_dir, placement)
+    task = LinkTask(setup, dataset, part, config) if link else NodeTask(setup, dataset, part, node_splits(part), config)
+    part.edges.clear()  # GLT holds its own adjacency now: keep one copy of the partition's topology, not two
+    _seed_everything(config.training.seed)
+    model = build_model(schema, config, edge_dir).to(placement.device)  # initialised on the CPU: the same weights anywhere
+    # Typed encoders leave parameters unused in a batch (an edge type or node type it lacks).
+    ddp = DistributedDataParallel(model, device_ids=placement.ddp_device_ids,
+                                  find_unused_parameters=not isinstance(model.encoder, (HomogeneousSAGE, HomogeneousGCN)))
+
+    def stop() -> None:
+        glt.distributed.barrier()
+        glt.distributed.shutdown_rpc()
+
+    return task, model, ddp, stop
+
+
+def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
+    """One trainer; returns the final metrics on rank 0, None elsewhere."""
     config = job.config
-    ctx.init_process_group()
+    placement = worker_placement(config.training, ctx)
+    ctx.init_process_group(backend=placement.backend)
     torch.set_num_threads(1)  # workers share the machine's cores; oversubscription costs more than it gains
     partitions = storage.open_published(job.input, step=PARTITION_STEP)
     part = read_partition(partitions, ctx.rank)
     schema = part.metadata.schema
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
-    link = schema.task_type == "link_prediction"
-    dataset = to_dist_dataset(part, edge_filter=training_edges(part, schema, ctx.world_size) if link else None)
-    glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-train")
-    ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=300)
-    setup = SamplingSetup.of(ctx, config, schema, edge_dir)
-    task = LinkTask(setup, dataset, part, config) if link else NodeTask(setup, dataset, part, node_splits(part), config)
-    part.edges.clear()  # GLT holds its own adjacency now: keep one copy of the partition's topology, not two
-    _seed_everything(config.training.seed)
-    model = build_model(schema, config, edge_dir)
-    # Typed encoders leave parameters unused in a batch (an edge type or node type it lacks).
-    ddp = DistributedDataParallel(model, find_unused_parameters=not isinstance(model.encoder, HomogeneousSAGE))
+    if config.training.mode == "full_graph":
+        task, model, ddp, stop = full_graph_setup(ctx, part, config, edge_dir, _seed_everything)
+    else:
+        task, model, ddp, stop = _sampled_setup(ctx, part, config, edge_dir, placement)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
     output = storage.parse_uri(job.output)
     fingerprint = checkpoint.fingerprint(config, partitions.manifest.generation, ctx.world_size)
@@ -124,9 +147,10 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
         if ctx.rank == 0:
             checkpoint.save(state, output)
             train_part = f", train {metric} {result.train[metric]:.4f}" if metric in result.train else ""
-            log.info("epoch %d/%d: loss %.4f%s, val %s %.4f%s in %.1fs (%d batches, sampled nodes remote %.1f%%)", epoch + 1,
+            remote = "edges read from other workers" if config.training.mode == "full_graph" else "sampled nodes remote"
+            log.info("epoch %d/%d: loss %.4f%s, val %s %.4f%s in %.1fs (%d batches, %s %.1f%%)", epoch + 1,
                      config.training.epochs, result.loss, train_part, metric, val[metric], " *" if improved else "", seconds,
-                     result.batches, 100 * result.remote_fraction)
+                     result.batches, remote, 100 * result.remote_fraction)
         dist.barrier()  # nobody starts the next epoch before the checkpoint of this one exists
         if patience is not None and state.epochs_without_improvement >= patience:
             if ctx.rank == 0:
@@ -137,18 +161,18 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
     final |= {f"val_{k}": v for k, v in task.evaluate(model, "val").items()}
     final |= {f"test_{k}": v for k, v in task.evaluate(model, "test").items()}
     task.shutdown()
-    glt.distributed.barrier()
-    glt.distributed.shutdown_rpc()
+    stop()
     if ctx.rank == 0:
         staging = storage.OutputStaging(output, STEP, generation=job.generation)
         buffer = io.BytesIO()
-        torch.save(model.state_dict(), buffer)
+        torch.save(placement.to_host(model.state_dict()), buffer)
         staging.write_bytes("model.pt", buffer.getvalue())
         staging.write_json("model_spec.json", {
             "task_type": schema.task_type, "target": schema.target, "heterogeneous": schema.is_heterogeneous,
             "edge_dir": edge_dir, "model": config.model.model_dump(mode="json"),
         })
         staging.write_bytes("metrics.jsonl", "".join(json.dumps(line) + "\n" for line in state.history).encode())
+        curves.stage_curves(staging, state.history)
         staging.write_json("metrics.json", final)
         staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
         result_entries = dict(staging.entries)
@@ -160,6 +184,7 @@ def train(config: GnnflowConfig, input_uri: storage.Uri | str, output: storage.U
     """Runs the step; returns the published model (None on cluster replicas other than the first)."""
     output = storage.parse_uri(output)
     storage.open_published(input_uri, step=PARTITION_STEP)  # fail here, before any worker starts
+    check_device(config.training)
     staging = storage.OutputStaging(output, STEP)
     world_size = config.resources.world_size
     job = TrainJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, config)
