@@ -46,11 +46,11 @@ def compare_worker(ctx, partitions_uri: str, config, graph_path: str, replace_va
     from torch_geometric.loader import NeighborLoader
 
     from components import storage
+    from components.gnn.node_task import NodeTask
+    from components.gnn.sampling import RPC_THREADS, SamplingSetup
     from components.partition.dataset import node_splits, to_dist_dataset
     from components.partition.step import STEP
     from components.partition.store import read_partition
-    from components.gnn.node_task import NodeTask
-    from components.gnn.sampling import RPC_THREADS, SamplingSetup
 
     ctx.init_process_group()
     part = read_partition(storage.open_published(partitions_uri, step=STEP), ctx.rank)
@@ -76,14 +76,15 @@ def compare_worker(ctx, partitions_uri: str, config, graph_path: str, replace_va
             "features equal": bool((batch.x == graph["features"][node]).all()),
             "labels equal": bool((batch.y.reshape(-1)[: batch.batch_size] == graph["label"][node[: batch.batch_size]]).all()),
         }
-        result["batches"][name] = {"node": node, "edge_index": edges, "batch_size": int(batch.batch_size)}
+        result["batches"][name] = {"node": node.numpy().copy(), "edge_index": edges.numpy().copy(), "batch_size": int(batch.batch_size)}
     seeds = result["batches"][f"replace {str(replace_values[0]).lower()}"]
     data = Data(x=graph["features"], y=graph["label"], edge_index=both, num_nodes=n)
     reference = next(iter(NeighborLoader(data, num_neighbors=config.training.fan_outs, batch_size=seeds["batch_size"],
-                                         input_nodes=seeds["node"][: seeds["batch_size"]])))
-    result["batches"]["pyg"] = {"node": reference.n_id, "edge_index": reference.edge_index, "batch_size": reference.batch_size}
+                                         input_nodes=torch.from_numpy(seeds["node"][: seeds["batch_size"]]))))
+    result["batches"]["pyg"] = {"node": reference.n_id.numpy(), "edge_index": reference.edge_index.numpy(),
+                                "batch_size": reference.batch_size}
     glt.distributed.shutdown_rpc()
-    return result
+    return result  # numpy arrays: tensors would cross the launcher's pipe as shared memory of a finished worker
 
 
 def with_replace(config, replace: bool):
@@ -99,6 +100,7 @@ def main() -> None:
     parser.add_argument("--fan-outs", type=lambda s: [int(v) for v in s.split(",")], default=[15, 10])
     args = parser.parse_args()
 
+    import numpy as np
     import torch
 
     from benchmarks.synthetic_graph import make_graph, write_serialized
@@ -117,13 +119,14 @@ def main() -> None:
     result = launch(compare_worker, (str(partitions), config, str(tmp / "graph.pt"), [False, True]), world_size=1)[0]
     rerun = launch(compare_worker, (str(partitions), config, str(tmp / "graph.pt"), [False]), world_size=1)[0]
     first, second = result["batches"]["replace false"], rerun["batches"]["replace false"]
-    identical = all(torch.equal(first[k], second[k]) for k in ("node", "edge_index"))
-    same_seeds = torch.equal(first["node"][: first["batch_size"]], result["batches"]["replace true"]["node"][: first["batch_size"]])
+    identical = all(np.array_equal(first[k], second[k]) for k in ("node", "edge_index"))
+    same_seeds = np.array_equal(first["node"][: first["batch_size"]], result["batches"]["replace true"]["node"][: first["batch_size"]])
     print(f"{args.nodes:,} nodes, {args.edges:,} undirected edges; one batch of {args.batch_size} seeds, fan-outs {args.fan_outs}")
     for name, checks in result["checks"].items():
         print(f"checks on the gnnflow batch ({name}): " + ", ".join(f"{k}: {v}" for k, v in checks.items()))
     print(f"same seeds in both gnnflow batches: {same_seeds}; replace false rerun (a second launch) bit-identical: {identical}\n")
-    rows = {label: {"nodes": len(result["batches"][name]["node"]), **_counts(result["batches"][name]["edge_index"], args.batch_size)}
+    rows = {label: {"nodes": len(result["batches"][name]["node"]),
+                    **_counts(torch.from_numpy(result["batches"][name]["edge_index"]), args.batch_size)}
             for name, label in (("replace false", "gnnflow, `replace: false` (default)"),
                                 ("replace true", "gnnflow, `replace: true` (GLT's own draw)"), ("pyg", "PyG NeighborLoader"))}
     columns = next(iter(rows.values()))
@@ -131,3 +134,7 @@ def main() -> None:
     print("|---|" + "---:|" * len(columns))
     for label, counts in rows.items():
         print(f"| {label} | " + " | ".join(f"{v:,}" for v in counts.values()) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -11,8 +11,7 @@ from components.partition.dataset import to_dist_dataset
 from components.partition.store import read_partition
 
 
-def draw_epochs(ctx: WorkerContext, partitions_uri: str, fan_outs: list[int], batch_size: int,
-                runs: list[tuple[str, bool]]) -> dict:
+def draw_epochs(ctx: WorkerContext, partitions_uri: str, fan_outs: list[int], batch_size: int, runs: list[tuple[str, bool]]) -> dict:
     """One epoch of the train step's node loader over this worker's labelled nodes for each
     ``(training.sampling, training.replace)`` of ``runs``; returns every batch's global node ids,
     edge_index (local positions, messages into the seeds), seed count and first-hop node count
@@ -37,15 +36,22 @@ def draw_epochs(ctx: WorkerContext, partitions_uri: str, fan_outs: list[int], ba
     ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=180)
     # numpy, not tensors: the launcher's pipe would pass tensors as shared memory that a worker
     # which has returned no longer serves.
-    result: dict = {"degree": torch.bincount(sources, minlength=total).numpy(),
-                    "ends": torch.cumsum(torch.tensor(part.metadata.node_counts[node_type]), 0).numpy(), "runs": {}}
+    result: dict = {
+        "degree": torch.bincount(sources, minlength=total).numpy(),
+        "ends": torch.cumsum(torch.tensor(part.metadata.node_counts[node_type]), 0).numpy(),
+        "runs": {},
+    }
     for sampling, replace in runs:
         training = TrainingSpec(fan_outs=fan_outs, batch_size=batch_size, replace=replace, sampling=sampling, seed=7)
         torch.manual_seed(0)  # the collocated loader's shuffle
         loader = node_loader(SamplingSetup(ctx, training, "out", fan_outs), dataset, seeds, batch_size=batch_size, shuffle=True)
         result["runs"][(sampling, replace)] = [
-            {"node": batch.node.numpy().copy(), "edge_index": batch.edge_index.numpy().copy(), "batch_size": int(batch.batch_size),
-             "hop_one": int(batch.num_sampled_nodes[1])}
+            {
+                "node": batch.node.numpy().copy(),
+                "edge_index": batch.edge_index.numpy().copy(),
+                "batch_size": int(batch.batch_size),
+                "hop_one": int(batch.num_sampled_nodes[1]),
+            }
             for batch in loader
         ]
         dist.barrier()  # the peer may still ask this worker's samplers for neighbours

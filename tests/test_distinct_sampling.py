@@ -34,8 +34,14 @@ def spread_graph(seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
         for other in rng.choice(rest[rest != node], size=int(rng.integers(2, 16)), replace=False):
             pairs.add((min(node, int(other)), max(node, int(other))))
     src, dst = np.array(sorted(pairs)).T
-    nodes = pd.DataFrame({"node_id": [f"n{i}" for i in range(NODES)], "label": rng.choice(["a", "b"], NODES),
-                          "split": rng.choice(["train", "val"], NODES, p=[0.8, 0.2]), "x": rng.standard_normal(NODES)})
+    nodes = pd.DataFrame(
+        {
+            "node_id": [f"n{i}" for i in range(NODES)],
+            "label": rng.choice(["a", "b"], NODES),
+            "split": rng.choice(["train", "val"], NODES, p=[0.8, 0.2]),
+            "x": rng.standard_normal(NODES),
+        }
+    )
     return nodes, pd.DataFrame({"src": [f"n{i}" for i in src], "dst": [f"n{i}" for i in dst]})
 
 
@@ -45,14 +51,26 @@ def partitions(tmp_path_factory) -> str:
     nodes, edges = spread_graph()
     nodes.to_csv(root / "nodes.csv", index=False)
     edges.to_csv(root / "edges.csv", index=False)
-    config = parse_config(yaml.safe_dump({
-        "graph": {
-            "nodes": [{"type": "item", "uri": str(root / "nodes.csv"), "label_column": "label", "split_column": "split",
-                       "features": [{"columns": ["x"]}]}],
-            "edges": [{"type": "link", "uri": str(root / "edges.csv"), "src_type": "item", "dst_type": "item"}],
-        },
-        "resources": {"world_size": 2},
-    }), "test config")
+    config = parse_config(
+        yaml.safe_dump(
+            {
+                "graph": {
+                    "nodes": [
+                        {
+                            "type": "item",
+                            "uri": str(root / "nodes.csv"),
+                            "label_column": "label",
+                            "split_column": "split",
+                            "features": [{"columns": ["x"]}],
+                        }
+                    ],
+                    "edges": [{"type": "link", "uri": str(root / "edges.csv"), "src_type": "item", "dst_type": "item"}],
+                },
+                "resources": {"world_size": 2},
+            }
+        ),
+        "test config",
+    )
     preprocess(config, root / "pre")
     serialize(config, root / "pre", root / "tfr")
     return str(partition(root / "tfr", root / "parts", config.partition, world_size=2).root)

@@ -117,8 +117,10 @@ def draw_distinct(indptr: torch.Tensor, seeds: torch.Tensor, k: int, generator: 
     owners.append(torch.repeat_interleave(whole, degree[whole]))
     offsets.append(_ranks(degree[whole]))
     if k > 0:
-        for pick, draw in (((degree > k) & (degree <= SORT_MAX_DEGREE_FACTOR * k), _sorted_draw),
-                           (degree > SORT_MAX_DEGREE_FACTOR * k, _rejection_draw)):
+        for pick, draw in (
+            ((degree > k) & (degree <= SORT_MAX_DEGREE_FACTOR * k), _sorted_draw),
+            (degree > SORT_MAX_DEGREE_FACTOR * k, _rejection_draw),
+        ):
             rows = pick.nonzero().view(-1)
             if rows.numel():
                 owners.append(torch.repeat_interleave(rows, k))
@@ -191,8 +193,12 @@ def install() -> None:
             if partition == self.data.partition_idx:
                 parts.append((where, self.sampler.sample_one_hop(ids, num_nbr, etype, draw_key=part_key)))
             else:
-                future = rpc_request_async(self.rpc_router.get_to_worker(partition), self.rpc_sample_callee_id,
-                                           args=(ids.cpu(), num_nbr, etype), kwargs={"draw_key": part_key})
+                future = rpc_request_async(
+                    self.rpc_router.get_to_worker(partition),
+                    self.rpc_sample_callee_id,
+                    args=(ids.cpu(), num_nbr, etype),
+                    kwargs={"draw_key": part_key},
+                )
                 asked.append((where, future))
         if asked:
             answers = await wrap_torch_future(torch.futures.collect_all([future for _, future in asked]))

@@ -30,6 +30,7 @@ from components.runlog import rate
 __all__ = ["aggregation_edges", "check_encoder", "check_exact_config", "exact_outputs"]
 
 log = logging.getLogger("gnnflow.infer")
+CPU = torch.device("cpu")
 
 
 def check_exact_config(config: GnnflowConfig) -> None:
@@ -38,14 +39,19 @@ def check_exact_config(config: GnnflowConfig) -> None:
     graph, model = config.graph, config.model
     messages = [e for e in graph.edges if e.role == "message"]
     if len(graph.nodes) > 1 or len(messages) > 1:
-        raise GnnflowError(f"infer --mode exact supports homogeneous graphs; this config has {len(graph.nodes)} node types and "
-                           f"{len(messages)} edge types: use --mode sampled")
+        raise GnnflowError(
+            f"infer --mode exact supports homogeneous graphs; this config has {len(graph.nodes)} node types and "
+            f"{len(messages)} edge types: use --mode sampled"
+        )
     if model.type not in ("graphsage", "gcn"):
-        raise GnnflowError(f"infer --mode exact supports model.type graphsage or gcn; this config has model.type {model.type}: "
-                           "use --mode sampled")
+        raise GnnflowError(
+            f"infer --mode exact supports model.type graphsage or gcn; this config has model.type {model.type}: use --mode sampled"
+        )
     if not graph.nodes[0].features:
-        raise GnnflowError(f"infer --mode exact needs node features; node type {graph.nodes[0].type!r} has none "
-                           "(its nodes learn embeddings): use --mode sampled")
+        raise GnnflowError(
+            f"infer --mode exact needs node features; node type {graph.nodes[0].type!r} has none "
+            "(its nodes learn embeddings): use --mode sampled"
+        )
 
 
 def check_encoder(encoder: nn.Module) -> None:
@@ -57,8 +63,14 @@ def check_encoder(encoder: nn.Module) -> None:
 
 
 @torch.no_grad()
-def exact_outputs(part: StoredPartition, model: RestoredModel, rank: int, edge_keep: torch.Tensor | None = None,
-                  device: torch.device = torch.device("cpu"), block_rows: int = DEFAULT_BLOCK_ROWS) -> dict[str, NodeOutputs]:
+def exact_outputs(
+    part: StoredPartition,
+    model: RestoredModel,
+    rank: int,
+    edge_keep: torch.Tensor | None = None,
+    device: torch.device = CPU,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+) -> dict[str, NodeOutputs]:
     """Embeddings (and class probabilities) of every node of ``part``, on the host; collective, so
     every worker calls it. ``edge_keep``: (e,) bool mask of the partition's edges that carry
     messages. The layers run on the host whatever ``device`` is (their blocks move over gloo):
@@ -77,8 +89,16 @@ def exact_outputs(part: StoredPartition, model: RestoredModel, rank: int, edge_k
     h = full_graph.encode(encoder, graph, nodes["features"].to(torch.float32))  # eval mode: dropout is off
     seconds = time.perf_counter() - start
     plan = graph.plan
-    log.info("rank %d: %s: %d nodes embedded exactly (%d layers, %d edges, %.1f%% of them read from other workers) in %.1fs (%s)",
-             rank, node_type, plan.num_rows, len(encoder.convs), plan.edges, 100 * plan.remote_edges / max(plan.edges, 1), seconds,
-             rate(plan.num_rows, seconds))
+    log.info(
+        "rank %d: %s: %d nodes embedded exactly (%d layers, %d edges, %.1f%% of them read from other workers) in %.1fs (%s)",
+        rank,
+        node_type,
+        plan.num_rows,
+        len(encoder.convs),
+        plan.edges,
+        100 * plan.remote_edges / max(plan.edges, 1),
+        seconds,
+        rate(plan.num_rows, seconds),
+    )
     probabilities = class_probabilities(module, h) if model.task_type == "node_classification" else None
     return {node_type: NodeOutputs(nodes["node_id"].clone(), h, probabilities)}

@@ -20,8 +20,9 @@ from components.partition.store import StoredPartition
 log = logging.getLogger("gnnflow.train")
 
 
-def full_graph_setup(ctx: WorkerContext, part: StoredPartition, config: GnnflowConfig, edge_dir: str,
-                     seed: Callable[[int], None]) -> tuple[FullGraphNodeTask, nn.Module, nn.Module, Callable[[], None]]:
+def full_graph_setup(
+    ctx: WorkerContext, part: StoredPartition, config: GnnflowConfig, edge_dir: str, seed: Callable[[int], None]
+) -> tuple[FullGraphNodeTask, nn.Module, nn.Module, Callable[[], None]]:
     """(task, model, the module an epoch trains, what to call once training is over); collective.
 
     The model stays on the host: the blocks between workers move over gloo. Gradients are summed

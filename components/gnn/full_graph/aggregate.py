@@ -35,7 +35,8 @@ def _swap(send: torch.Tensor | None, to: int, receive: tuple[int, ...] | None, s
         received = torch.empty(receive, dtype=dtype)
         works.append(dist.irecv(received, source))
     for work in works:
-        work.wait()
+        if work is not None:  # None only for a rank outside the group, which these never are
+            work.wait()
     return received
 
 

@@ -30,8 +30,10 @@ def check_encoder(encoder: nn.Module) -> None:
         else:
             plain = False
     if not plain:
-        raise GnnflowError(f"full-graph message passing supports the plain GraphSAGE and GCN encoders (model.type graphsage or "
-                           f"gcn on a homogeneous graph with node features); this model's is {type(encoder).__name__}")
+        raise GnnflowError(
+            f"full-graph message passing supports the plain GraphSAGE and GCN encoders (model.type graphsage or "
+            f"gcn on a homogeneous graph with node features); this model's is {type(encoder).__name__}"
+        )
 
 
 def _sage(conv: nn.Module, h: torch.Tensor, graph: FullGraph) -> torch.Tensor:
@@ -72,7 +74,7 @@ def node_uniform(ids: torch.Tensor, width: int, key: int) -> torch.Tensor:
     z = (z ^ _shift(z, 30)) * _MIX1
     z = (z ^ _shift(z, 27)) * _MIX2
     z = z ^ _shift(z, 31)
-    return (_shift(z, 40).to(torch.float32) / float(1 << 24))
+    return _shift(z, 40).to(torch.float32) / float(1 << 24)
 
 
 def _dropout(encoder: nn.Module, h: torch.Tensor, graph: FullGraph, key: int | None, layer: int) -> torch.Tensor:

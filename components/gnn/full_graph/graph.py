@@ -34,8 +34,10 @@ def aggregation_edges(edge_index: torch.Tensor, own_ids: torch.Tensor, count: in
     at = torch.searchsorted(own_sorted, aggregating).clamp(max=max(len(own_sorted) - 1, 0))
     found = own_sorted[at] == aggregating if len(own_sorted) else torch.zeros_like(aggregating, dtype=torch.bool)
     if not found.all():
-        raise GnnflowError(f"the partition holds {int((~found).sum())} edges whose {edge_assignment} node lives elsewhere: "
-                           "its partition metadata does not match its edges")
+        raise GnnflowError(
+            f"the partition holds {int((~found).sum())} edges whose {edge_assignment} node lives elsewhere: "
+            "its partition metadata does not match its edges"
+        )
     if len(neighbour) and (int(neighbour.min()) < 0 or int(neighbour.max()) >= count):
         raise GnnflowError(f"the partition holds edges to node ids outside [0, {count}): its partition metadata does not match its edges")
     return torch.stack([neighbour, order[at]])
@@ -51,8 +53,9 @@ class FullGraph:
     gcn_norm: torch.Tensor | None = None
 
 
-def build_full_graph(edges: torch.Tensor, own_ids: torch.Tensor, counts: list[int], rank: int, *, gcn: bool = False,
-                     block_rows: int = DEFAULT_BLOCK_ROWS) -> FullGraph:
+def build_full_graph(
+    edges: torch.Tensor, own_ids: torch.Tensor, counts: list[int], rank: int, *, gcn: bool = False, block_rows: int = DEFAULT_BLOCK_ROWS
+) -> FullGraph:
     """The graph of worker ``rank`` over ``edges`` (2, e) [neighbour partition id; local row];
     ``own_ids``: (n,) partition ids of the local rows (a permutation of the partition's range);
     ``counts``: nodes per partition. Collective: every worker calls it.
@@ -80,8 +83,9 @@ def build_full_graph(edges: torch.Tensor, own_ids: torch.Tensor, counts: list[in
     return FullGraph(plan, own_ids.to(torch.int64), plan.degree.pow(-0.5) if gcn else None)
 
 
-def partition_graph(part: StoredPartition, world_size: int, *, gcn: bool, block_rows: int = DEFAULT_BLOCK_ROWS,
-                    edge_keep: torch.Tensor | None = None) -> FullGraph:
+def partition_graph(
+    part: StoredPartition, world_size: int, *, gcn: bool, block_rows: int = DEFAULT_BLOCK_ROWS, edge_keep: torch.Tensor | None = None
+) -> FullGraph:
     """:func:`build_full_graph` for a homogeneous stored partition; ``edge_keep``: (e,) bool mask
     of its edges that carry messages (None: all). Collective."""
     schema = part.metadata.schema

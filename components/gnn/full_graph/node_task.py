@@ -49,7 +49,7 @@ def all_reduce_gradients(model: nn.Module) -> None:
     dist.all_reduce(flat)
     at = 0
     for p in params:
-        p.grad = flat[at:at + p.numel()].view_as(p).clone()
+        p.grad = flat[at : at + p.numel()].view_as(p).clone()
         at += p.numel()
 
 
@@ -73,9 +73,15 @@ class FullGraphNodeTask:
         self.train_count = all_sum_int(len(self.index["train"]))
         self.remote_fraction = remote_edge_fraction(self.graph.plan)
         plan = self.graph.plan
-        log.info("rank %d: full graph: %d nodes, %d edges (%.1f%% read from other workers), %d training nodes of %d",
-                 part.index, plan.num_rows, plan.edges, 100 * plan.remote_edges / max(plan.edges, 1), len(self.index["train"]),
-                 self.train_count)
+        log.info(
+            "rank %d: full graph: %d nodes, %d edges (%.1f%% read from other workers), %d training nodes of %d",
+            part.index,
+            plan.num_rows,
+            plan.edges,
+            100 * plan.remote_edges / max(plan.edges, 1),
+            len(self.index["train"]),
+            self.train_count,
+        )
         broadcast_parameters(model)
 
     def _logits(self, model: nn.Module, dropout_key: int | None = None) -> torch.Tensor:

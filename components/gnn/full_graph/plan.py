@@ -76,8 +76,15 @@ class AggregationPlan:
         return chunk_bounds(self.fetch[step].count, self.block_rows)
 
 
-def build_plan(neighbour: torch.Tensor, row: torch.Tensor, position: torch.Tensor, counts: Sequence[int], rank: int,
-               world_size: int, block_rows: int = DEFAULT_BLOCK_ROWS) -> AggregationPlan:
+def build_plan(
+    neighbour: torch.Tensor,
+    row: torch.Tensor,
+    position: torch.Tensor,
+    counts: Sequence[int],
+    rank: int,
+    world_size: int,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+) -> AggregationPlan:
     """The plan for edges ``neighbour`` (e,) partition ids → ``row`` (e,) local rows; collective.
 
     ``position``: (n,) local row of this partition's i-th node id (its id minus the partition's
