@@ -52,8 +52,7 @@ def exchange(rows: Mapping[str, torch.Tensor], destination: torch.Tensor, world_
     return {key: _all_to_all(tensor[order], send_sizes, recv_sizes) for key, tensor in rows.items()}
 
 
-def request(keys: torch.Tensor, destination: torch.Tensor, world_size: int,
-            answer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+def request(keys: torch.Tensor, destination: torch.Tensor, world_size: int, answer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """Answers for ``keys`` (k,), each computed by worker ``destination[i]``; collective.
 
     Every worker receives the keys addressed to it and calls ``answer`` on them (a (r,) key
@@ -76,7 +75,7 @@ def exchange_strings(strings: pa.Array, destination: torch.Tensor, world_size: i
     order = torch.argsort(destination, stable=True)
     ordered = strings.cast(pa.large_string()).take(pa.array(order.numpy()))  # a fresh array: offset 0
     offsets = np.frombuffer(ordered.buffers()[1], dtype=np.int64)[: len(ordered) + 1] if len(ordered) else np.zeros(1, np.int64)
-    data = np.frombuffer(ordered.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]] if len(ordered) else np.zeros(0, np.uint8)
+    data = np.frombuffer(ordered.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]] if len(ordered) else np.zeros(0, np.uint8)
     lengths = torch.from_numpy(np.diff(offsets))
     got = exchange({"length": lengths}, destination[order], world_size)["length"]
     byte_owner = torch.repeat_interleave(destination[order], lengths)
@@ -87,8 +86,7 @@ def exchange_strings(strings: pa.Array, destination: torch.Tensor, world_size: i
     return order, received.cast(pa.string())
 
 
-def request_strings(keys: torch.Tensor, destination: torch.Tensor, world_size: int,
-                    answer: Callable[[torch.Tensor], pa.Array]) -> pa.Array:
+def request_strings(keys: torch.Tensor, destination: torch.Tensor, world_size: int, answer: Callable[[torch.Tensor], pa.Array]) -> pa.Array:
     """Like :func:`request`, for answers that are strings (e.g. original ids): ``answer`` maps a
     (r,) key tensor to r strings; returns one string per key, in the order of ``keys``."""
     order = torch.argsort(destination, stable=True)

@@ -100,9 +100,7 @@ def write_demo_graph(graph: DemoGraph, directory: pathlib.Path) -> tuple[pathlib
     return nodes_path, edges_path
 
 
-def _check_arguments(
-    num_nodes: int, num_classes: int, num_word_features: int, avg_degree: float, homophily: float
-) -> None:
+def _check_arguments(num_nodes: int, num_classes: int, num_word_features: int, avg_degree: float, homophily: float) -> None:
     if num_classes < 1:
         raise ValueError(f"num_classes must be at least 1, got {num_classes}")
     if num_nodes < max(2, num_classes):
@@ -167,9 +165,7 @@ def _node_table(
     return pd.DataFrame(columns)
 
 
-def _class_words(
-    classes: np.ndarray, num_classes: int, num_word_features: int, rng: np.random.Generator
-) -> np.ndarray:
+def _class_words(classes: np.ndarray, num_classes: int, num_word_features: int, rng: np.random.Generator) -> np.ndarray:
     """Binary word presence: each class uses its own preferred words more often."""
     # Deal the vocabulary out to the classes like cards, so preferred sets are disjoint
     # whenever there are at least as many words as classes.
@@ -197,8 +193,7 @@ def _homophilous_edges(
     # Rejection sampling slows down as the graph fills up; demand plenty of headroom.
     if num_intra > intra_capacity // 2 or num_inter > inter_capacity // 2:
         raise ValueError(
-            f"{num_edges} edges with homophily {homophily} do not fit comfortably in "
-            f"{num_nodes} nodes: lower avg_degree or add nodes"
+            f"{num_edges} edges with homophily {homophily} do not fit comfortably in {num_nodes} nodes: lower avg_degree or add nodes"
         )
 
     sampler = _ClassSampler(classes, rng)

@@ -90,8 +90,9 @@ class WorkerContext:
         import graphlearn_torch as glt
 
         with joining_hosted_store(self.stores_hosted):
-            glt.distributed.init_rpc(master_addr=self.master_addr, master_port=self.rpc_port, num_rpc_threads=num_rpc_threads,
-                                     rpc_timeout=rpc_timeout)
+            glt.distributed.init_rpc(
+                master_addr=self.master_addr, master_port=self.rpc_port, num_rpc_threads=num_rpc_threads, rpc_timeout=rpc_timeout
+            )
 
 
 @dataclass(frozen=True)
@@ -191,8 +192,9 @@ def launch(
             raise GnnflowError(f"world_size {world_size} does not match {cluster.num_replicas} replicas x {per} processes per replica")
     addresses = (cluster.master_addr, cluster.master_port, cluster.rpc_port)
     first = cluster.replica_rank * per_replica
-    contexts = [WorkerContext(first + local, world_size, local, per_replica, *addresses, stores_hosted=bool(stores))
-                for local in range(per_replica)]
+    contexts = [
+        WorkerContext(first + local, world_size, local, per_replica, *addresses, stores_hosted=bool(stores)) for local in range(per_replica)
+    ]
     logger.info("starting ranks %d-%d of %d; rendezvous %s:%d, RPC port %d", first, contexts[-1].rank, world_size, *addresses)
     # Pickled here, so that a worker the child cannot import fails in its error reporting, not its bootstrap.
     try:
@@ -202,7 +204,11 @@ def launch(
 
 
 def launch_staged(
-    staging: "OutputStaging", worker: Callable[..., R], args: tuple[Any, ...] = (), *, world_size: int,
+    staging: OutputStaging,
+    worker: Callable[..., R],
+    args: tuple[Any, ...] = (),
+    *,
+    world_size: int,
     processes_per_replica: int | None = None,
 ) -> R | None:
     """:func:`launch` for workers that write into ``staging``, a new generation of a step's output.
@@ -358,8 +364,12 @@ class _Launch:
                     logger.info("worker rank %d finished after %.1f s", rank, elapsed)
                 else:
                     at, summary, worker_traceback = body
-                    logger.error("worker rank %d failed after %.1f s:%s", rank, elapsed,
-                                 f"\n{worker_traceback}" if worker_traceback else f" {summary}")
+                    logger.error(
+                        "worker rank %d failed after %.1f s:%s",
+                        rank,
+                        elapsed,
+                        f"\n{worker_traceback}" if worker_traceback else f" {summary}",
+                    )
                     worker.failed = True
                     errors.append((1, at, rank, WorkerFailed(rank, summary, worker_traceback)))
         except (EOFError, OSError):

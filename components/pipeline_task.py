@@ -58,8 +58,13 @@ def running(step: str, config: str, overrides: str, replicas: int | None = None)
         resolved = resolve_config(config, overrides)
         if replicas is not None:
             check_compiled_layout(step, resolved, replicas)
-        log.info("%s: config resolved (task %s, %d worker(s), runner %s)", step, resolved.task.type,
-                 resolved.resources.world_size, resolved.resources.runner)
+        log.info(
+            "%s: config resolved (task %s, %d worker(s), runner %s)",
+            step,
+            resolved.task.type,
+            resolved.resources.world_size,
+            resolved.resources.runner,
+        )
         yield resolved
     except GnnflowError as exc:
         log.error("%s failed: %s", step, exc)

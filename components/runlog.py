@@ -59,13 +59,14 @@ class LoggedProgress:
         if now - self.last >= self.interval_s:
             self.last = now
             share = f" ({100 * self.n / self.total:.0f}% of {self.total:,})" if self.total else ""
-            logging.getLogger("gnnflow.progress").info("%s: %s %s%s, %s", self.description, f"{self.n:,}", self.unit, share,
-                                                       rate(self.n, now - self.start))
+            logging.getLogger("gnnflow.progress").info(
+                "%s: %s %s%s, %s", self.description, f"{self.n:,}", self.unit, share, rate(self.n, now - self.start)
+            )
 
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "LoggedProgress":
+    def __enter__(self) -> LoggedProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:

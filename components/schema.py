@@ -92,7 +92,7 @@ class GraphSchema:
         return json.dumps(asdict(self), indent=2)
 
     @staticmethod
-    def from_json(text: str, source: str) -> "GraphSchema":
+    def from_json(text: str, source: str) -> GraphSchema:
         try:
             raw = json.loads(text)
             return GraphSchema(

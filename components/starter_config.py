@@ -128,14 +128,23 @@ def propose_config(
     graph = GraphSpec(
         nodes=[
             NodeTableSpec(
-                type=node_type, uri=str(storage.parse_uri(nodes)), id_column=id_column, label_column=label_column,
-                split_column=split_column, features=feature_groups(node_choices, node_header),
+                type=node_type,
+                uri=str(storage.parse_uri(nodes)),
+                id_column=id_column,
+                label_column=label_column,
+                split_column=split_column,
+                features=feature_groups(node_choices, node_header),
             )
         ],
         edges=[
             EdgeTableSpec(
-                type=relation, uri=str(storage.parse_uri(edges)), src_column=src_column, dst_column=dst_column,
-                src_type=node_type, dst_type=node_type, features=feature_groups(edge_choices, edge_header),
+                type=relation,
+                uri=str(storage.parse_uri(edges)),
+                src_column=src_column,
+                dst_column=dst_column,
+                src_type=node_type,
+                dst_type=node_type,
+                features=feature_groups(edge_choices, edge_header),
             )
         ],
     )
@@ -153,6 +162,5 @@ def render(config: GnnflowConfig, sources: str) -> str:
     """The YAML a user edits: a comment on where it came from, then every field."""
     return (
         f"# gnnflow config proposed by `gnnflow init-config` from {sources}.\n"
-        "# Every field is shown with its value; see README.md (Configuration) for what each means.\n"
-        + config.to_yaml()
+        "# Every field is shown with its value; see README.md (Configuration) for what each means.\n" + config.to_yaml()
     )

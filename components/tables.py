@@ -109,7 +109,9 @@ def iter_chunks(
         yield from reader(uri, column_types, block_bytes=block_bytes, batch_rows=batch_rows)
 
 
-def _csv_batches(uri: storage.Uri, column_types: Mapping[str, pa.DataType] | None, *, block_bytes: int, batch_rows: int) -> Iterator[TableChunk]:
+def _csv_batches(
+    uri: storage.Uri, column_types: Mapping[str, pa.DataType] | None, *, block_bytes: int, batch_rows: int
+) -> Iterator[TableChunk]:
     convert = pacsv.ConvertOptions(
         column_types=dict(column_types or {}),
         include_columns=list(column_types) if column_types else None,
@@ -131,7 +133,9 @@ def _csv_batches(uri: storage.Uri, column_types: Mapping[str, pa.DataType] | Non
         stream.close()
 
 
-def _parquet_batches(uri: storage.Uri, column_types: Mapping[str, pa.DataType] | None, *, block_bytes: int, batch_rows: int) -> Iterator[TableChunk]:
+def _parquet_batches(
+    uri: storage.Uri, column_types: Mapping[str, pa.DataType] | None, *, block_bytes: int, batch_rows: int
+) -> Iterator[TableChunk]:
     del block_bytes
     row = 1
     with storage.open_read(uri) as f:
@@ -159,9 +163,7 @@ def _cast_columns(table: pa.Table, column_types: Mapping[str, pa.DataType], uri:
                 column = column.cast(dtype)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 bad_row, value = _first_unparsable(column.cast(pa.string()), dtype) or (0, "?")
-                raise GnnflowError(
-                    f"{uri}, row {first_row + bad_row}, column '{name}': {value!r} is not a valid {dtype}"
-                ) from None
+                raise GnnflowError(f"{uri}, row {first_row + bad_row}, column '{name}': {value!r} is not a valid {dtype}") from None
         arrays.append(column)
     return pa.table(arrays, names=list(column_types))
 
@@ -184,7 +186,9 @@ def _first_unparsable(values: pa.ChunkedArray, dtype: pa.DataType) -> tuple[int,
 _COLUMN_NUMBER = re.compile(r"In CSV column #(\d+)")
 
 
-def _conversion_error(uri: storage.Uri, exc: pa.ArrowInvalid, column_types: Mapping[str, pa.DataType] | None, chunk_row: int) -> GnnflowError:
+def _conversion_error(
+    uri: storage.Uri, exc: pa.ArrowInvalid, column_types: Mapping[str, pa.DataType] | None, chunk_row: int
+) -> GnnflowError:
     """Arrow says which column failed but not which row: rescan that column as text to find it."""
     match = _COLUMN_NUMBER.search(str(exc))
     if not match or not column_types:

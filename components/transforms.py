@@ -29,8 +29,10 @@ def expand_columns(patterns: Sequence[str], header: Sequence[str], source: str) 
     """Header columns matching names or glob patterns, in header order, each once."""
     chosen: list[str] = []
     for pattern in patterns:
-        matches = [c for c in header if fnmatch.fnmatchcase(c, pattern)] if any(ch in pattern for ch in "*?[") else (
-            [pattern] if pattern in header else []
+        matches = (
+            [c for c in header if fnmatch.fnmatchcase(c, pattern)]
+            if any(ch in pattern for ch in "*?[")
+            else ([pattern] if pattern in header else [])
         )
         if not matches:
             raise GnnflowError(f"{source}: missing column '{pattern}' (no header column matches it)")
@@ -65,7 +67,7 @@ class FittedFeatures:
         return {**asdict(self), "spec": self.spec.model_dump(mode="json")}
 
     @staticmethod
-    def from_dict(raw: dict) -> "FittedFeatures":
+    def from_dict(raw: dict) -> FittedFeatures:
         return FittedFeatures(**{**raw, "spec": FeatureSpec.model_validate(raw["spec"])})
 
 
@@ -126,7 +128,7 @@ class FeatureFitter:
             if self.spec.transform == "one_hot":
                 self._categories[j].update(values[~missing].value_counts().to_dict())
 
-    def merge(self, other: "FeatureFitter") -> None:
+    def merge(self, other: FeatureFitter) -> None:
         """Adds the statistics ``other`` accumulated (over other rows) to these."""
         self._count += other._count
         self._sum += other._sum
@@ -142,9 +144,7 @@ class FeatureFitter:
             return FittedFeatures(self.spec, self.columns, means=mean.tolist(), stds=np.where(std > 0, std, 1.0).tolist())
         if self.spec.transform == "one_hot":
             # Most frequent first, ties by name, so the fitted vocabulary is deterministic.
-            cats = [
-                sorted(sorted(counter), key=lambda v: -counter[v])[: self.spec.max_categories] for counter in self._categories
-            ]
+            cats = [sorted(sorted(counter), key=lambda v: -counter[v])[: self.spec.max_categories] for counter in self._categories]
             return FittedFeatures(self.spec, self.columns, categories=[sorted(c) for c in cats])
         return FittedFeatures(self.spec, self.columns)
 
@@ -245,7 +245,9 @@ def encode_labels(chunk: pa.Table, column: str, vocabulary: Sequence[str], sourc
     unknown = (codes < 0) & ~missing
     if unknown.any():
         row = int(np.flatnonzero(unknown)[0])
-        raise GnnflowError(f"{source}, row {first_row + row}, column '{column}': label {values[row]!r} is not in the fitted vocabulary {list(vocabulary)}")
+        raise GnnflowError(
+            f"{source}, row {first_row + row}, column '{column}': label {values[row]!r} is not in the fitted vocabulary {list(vocabulary)}"
+        )
     codes[missing] = NO_LABEL
     return codes
 
@@ -261,7 +263,10 @@ def _unit_hash(ids: np.ndarray, seed: int) -> np.ndarray:
 
 
 def encode_splits(
-    ids: np.ndarray, spec: SplitSpec, column: pa.ChunkedArray | None, eligible: np.ndarray | None,
+    ids: np.ndarray,
+    spec: SplitSpec,
+    column: pa.ChunkedArray | None,
+    eligible: np.ndarray | None,
     where: tuple[str, int, str] = ("", 1, ""),
 ) -> np.ndarray:
     """Split codes (rows,) int8: 0 train, 1 val, 2 test, -1 none.

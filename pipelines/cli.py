@@ -20,9 +20,17 @@ def _init_config(args: argparse.Namespace) -> None:
     from components.starter_config import propose_config, render
 
     config = propose_config(
-        args.nodes, args.edges, id_column=args.id_column, src_column=args.src_column, dst_column=args.dst_column,
-        label_column=args.label_column, split_column=args.split_column, task=args.task,
-        node_type=args.node_type, relation=args.relation, output_root=args.output_root,
+        args.nodes,
+        args.edges,
+        id_column=args.id_column,
+        src_column=args.src_column,
+        dst_column=args.dst_column,
+        label_column=args.label_column,
+        split_column=args.split_column,
+        task=args.task,
+        node_type=args.node_type,
+        relation=args.relation,
+        output_root=args.output_root,
     )
     storage.write_text(args.output, render(config, f"{args.nodes} and {args.edges}"))
     print(f"wrote {args.output}", file=sys.stderr)
@@ -54,8 +62,10 @@ def _run(args: argparse.Namespace) -> None:
         from pipelines import kfp_local
 
         if args.force:
-            raise GnnflowError("--force has no effect with --via kfp-local: kfp.local runs every task on every run "
-                               "(only the plain local run skips steps whose output is up to date)")
+            raise GnnflowError(
+                "--force has no effect with --via kfp-local: kfp.local runs every task on every run "
+                "(only the plain local run skips steps whose output is up to date)"
+            )
 
         print(kfp_local.summary(kfp_local.run_from_cli(args.config, args.output, overrides, args.infer_mode)))
         return
@@ -65,7 +75,9 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gnnflow", description="Train graph neural networks on Kubeflow / Vertex AI Pipelines, or locally.")
+    parser = argparse.ArgumentParser(
+        prog="gnnflow", description="Train graph neural networks on Kubeflow / Vertex AI Pipelines, or locally."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     init = commands.add_parser("init-config", help="propose a config from a node table and an edge table")
@@ -91,11 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the pipeline locally (default: the bundled demo)")
     run.add_argument("--config", help="config YAML; without it, the bundled demo graph")
     run.add_argument("--output", help="run root, local or gs:// (default: runs/<timestamp>, or <output.root>/<timestamp>)")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config field, e.g. --set training.epochs=5 (repeatable)")
+    run.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field, e.g. --set training.epochs=5 (repeatable)"
+    )
     run.add_argument("--infer-mode", choices=["sampled", "exact"], default="sampled", help="inference mode of the infer step")
-    run.add_argument("--via", choices=["direct", "kfp-local"], default="direct",
-                     help="direct: call the steps in order, skipping up-to-date ones; kfp-local: run the compiled DAG through kfp.local")
+    run.add_argument(
+        "--via",
+        choices=["direct", "kfp-local"],
+        default="direct",
+        help="direct: call the steps in order, skipping up-to-date ones; kfp-local: run the compiled DAG through kfp.local",
+    )
     run.add_argument("--force", action="store_true", help="run every step even if its output is up to date")
     run.set_defaults(handler=_run)
     compile_command.register(commands)

@@ -23,20 +23,33 @@ def _compile(args: argparse.Namespace) -> None:
         log.warning("no --image: the spec names the placeholder %r, which a cluster cannot pull", image)
     runner = resources.runner if resources else "local"
     layout = f"{resources.replica_count} replica(s) per CustomJob" if resources and runner == "vertex" else "workers inside their tasks"
-    log.info("wrote the pipeline spec to %s (image %s; multi-worker steps: runner %s, %s%s)", args.output, image, runner, layout,
-             f"; resources from {args.config}" if args.config else "; no task requests")
+    log.info(
+        "wrote the pipeline spec to %s (image %s; multi-worker steps: runner %s, %s%s)",
+        args.output,
+        image,
+        runner,
+        layout,
+        f"; resources from {args.config}" if args.config else "; no task requests",
+    )
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Adds the ``compile`` subcommand to the ``gnnflow`` parser."""
     parser = commands.add_parser(
-        "compile", help="write the KFP pipeline spec (YAML) for Vertex AI Pipelines or a KFP cluster",
+        "compile",
+        help="write the KFP pipeline spec (YAML) for Vertex AI Pipelines or a KFP cluster",
         description=__doc__,
     )
     parser.add_argument("-o", "--output", required=True, help="where to write the spec: a local path or gs:// URI")
-    parser.add_argument("--image", help="the step image every task runs in, e.g. us-docker.pkg.dev/PROJECT/REPO/gnnflow:TAG "
-                                        "(default: gnnflow:latest, a placeholder that only names the image)")
-    parser.add_argument("--config", help="config YAML whose resources section sets each task's CPU / memory / accelerator "
-                                         "(requests, step_requests) and, with runner vertex, the CustomJob of partition, train "
-                                         "and infer (world_size, processes_per_replica, custom_job); the rest is not read")
+    parser.add_argument(
+        "--image",
+        help="the step image every task runs in, e.g. us-docker.pkg.dev/PROJECT/REPO/gnnflow:TAG "
+        "(default: gnnflow:latest, a placeholder that only names the image)",
+    )
+    parser.add_argument(
+        "--config",
+        help="config YAML whose resources section sets each task's CPU / memory / accelerator "
+        "(requests, step_requests) and, with runner vertex, the CustomJob of partition, train "
+        "and infer (world_size, processes_per_replica, custom_job); the rest is not read",
+    )
     parser.set_defaults(handler=_compile)

@@ -98,8 +98,10 @@ def build_pipeline(image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None =
     job_inputs: dict[str, dict[str, str]] = {"partition": {}, "train": {}, "infer": {}}
     if on_vertex:
         if "/" not in image:  # replicas pull the image themselves; a task of the placeholder would fail hours in
-            raise GnnflowError(f"resources.runner is vertex, but the image {image!r} names no registry that Vertex AI could "
-                               "pull from: compile with --image REGISTRY/PATH/gnnflow:TAG")
+            raise GnnflowError(
+                f"resources.runner is vertex, but the image {image!r} names no registry that Vertex AI could "
+                "pull from: compile with --image REGISTRY/PATH/gnnflow:TAG"
+            )
         partition_op = custom_job_component(partition_op, "partition", resources)
         train_op = custom_job_component(train_op, "train", resources)
         infer_op = custom_job_component(infer_op, "infer", resources)
@@ -124,17 +126,32 @@ def build_pipeline(image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None =
         settings = {"config": config, "overrides": overrides}
         pre = configure(preprocess_op(**settings, data_version=data_version, image=image), "preprocess")
         ser = configure(serialize_op(**settings, image=image, preprocessed=pre.outputs["preprocessed"]), "serialize")
-        part = configure(partition_op(**settings, replicas=replicas, tfrecords=ser.outputs["tfrecords"], **job_inputs["partition"]),
-                         "partition")
-        trained = configure(train_op(**settings, replicas=replicas, partitions=part.outputs["partitions"], **job_inputs["train"]),
-                            "train")
-        inferred = configure(infer_op(**settings, replicas=replicas, mode=infer_mode, partitions=part.outputs["partitions"],
-                                      model=trained.outputs["model"], **job_inputs["infer"]), "infer")
+        part = configure(
+            partition_op(**settings, replicas=replicas, tfrecords=ser.outputs["tfrecords"], **job_inputs["partition"]), "partition"
+        )
+        trained = configure(train_op(**settings, replicas=replicas, partitions=part.outputs["partitions"], **job_inputs["train"]), "train")
+        inferred = configure(
+            infer_op(
+                **settings,
+                replicas=replicas,
+                mode=infer_mode,
+                partitions=part.outputs["partitions"],
+                model=trained.outputs["model"],
+                **job_inputs["infer"],
+            ),
+            "infer",
+        )
         reported = configure(report_op(**settings, model=trained.outputs["model"], embeddings=inferred.outputs["embeddings"]), "report")
         return PipelineOutputs(
-            preprocessed=pre.outputs["preprocessed"], tfrecords=ser.outputs["tfrecords"], partitions=part.outputs["partitions"],
-            model=trained.outputs["model"], train_metrics=trained.outputs["metrics"], embeddings=inferred.outputs["embeddings"],
-            infer_metrics=inferred.outputs["metrics"], report=reported.outputs["report"], metrics=reported.outputs["metrics"],
+            preprocessed=pre.outputs["preprocessed"],
+            tfrecords=ser.outputs["tfrecords"],
+            partitions=part.outputs["partitions"],
+            model=trained.outputs["model"],
+            train_metrics=trained.outputs["metrics"],
+            embeddings=inferred.outputs["embeddings"],
+            infer_metrics=inferred.outputs["metrics"],
+            report=reported.outputs["report"],
+            metrics=reported.outputs["metrics"],
             report_html=reported.outputs["html"],
         )
 

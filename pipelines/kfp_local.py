@@ -57,8 +57,7 @@ def check_runnable(config: GnnflowConfig, infer_mode: str) -> None:
         )
 
 
-def run_via_kfp_local(config_text: str, overrides: dict[str, object], root: storage.LocalUri,
-                      infer_mode: str = "sampled") -> KfpLocalRun:
+def run_via_kfp_local(config_text: str, overrides: dict[str, object], root: storage.LocalUri, infer_mode: str = "sampled") -> KfpLocalRun:
     """Runs the pipeline through ``kfp.local`` with its artifacts under ``root``.
 
     ``config_text`` is the pipeline's ``config`` parameter: YAML text (relative table paths
@@ -76,15 +75,16 @@ def run_via_kfp_local(config_text: str, overrides: dict[str, object], root: stor
     check_runnable(config, infer_mode)
     data_version = tables_fingerprint(config.graph)
     storage.write_text(root.join("config.resolved.yaml"), config.to_yaml())
-    log.info("kfp.local: running pipeline gnnflow under %s (data version %s, %d worker(s))", root, data_version,
-             config.resources.world_size)
+    log.info(
+        "kfp.local: running pipeline gnnflow under %s (data version %s, %d worker(s))", root, data_version, config.resources.world_size
+    )
 
     kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=root.path, raise_on_error=True)
     pipeline = build_pipeline(DEFAULT_IMAGE)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_IMAGE_WARNING)
         try:
-            task = pipeline(config=config_text, overrides=json.dumps(overrides), data_version=data_version, infer_mode=infer_mode)
+            task: Any = pipeline(config=config_text, overrides=json.dumps(overrides), data_version=data_version, infer_mode=infer_mode)
         except RuntimeError as exc:  # kfp.local: "Pipeline gnnflow finished with status FAILURE. Inner task failed: ..."
             raise GnnflowError(f"kfp.local: {exc} The task's log is above.") from None
     outputs = {name: task.outputs[name].uri for name in PipelineOutputs._fields}  # in DAG order

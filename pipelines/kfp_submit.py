@@ -40,10 +40,10 @@ def _kfp_run_named(client: Any, target: KfpTarget, run_name: str) -> Any | None:
     except ValueError:  # no such experiment yet: no run either
         return None
     predicate = {"key": "display_name", "operation": "EQUALS", "string_value": run_name}
-    found = client.list_runs(experiment_id=experiment.experiment_id, namespace=target.namespace, page_size=1,
-                             filter=json.dumps({"predicates": [predicate]}))
+    found = client.list_runs(
+        experiment_id=experiment.experiment_id, namespace=target.namespace, page_size=1, filter=json.dumps({"predicates": [predicate]})
+    )
     return (found.runs or [None])[0]
-
 
 
 def submit_kfp(target: KfpTarget, request: RunRequest, prepared: PreparedRun, package: str) -> SubmittedRun:
@@ -60,13 +60,18 @@ def submit_kfp(target: KfpTarget, request: RunRequest, prepared: PreparedRun, pa
             url = f"{target.host.rstrip('/')}/#/runs/details/{existing.run_id}"
             return SubmittedRun("kfp", existing.run_id, run_name, prepared.parameters, url)
         result = client.create_run_from_pipeline_package(
-            package, arguments=prepared.parameters, run_name=run_name, experiment_name=target.experiment,
-            namespace=target.namespace, pipeline_root=target.pipeline_root, enable_caching=request.enable_caching,
+            package,
+            arguments=prepared.parameters,
+            run_name=run_name,
+            experiment_name=target.experiment,
+            namespace=target.namespace,
+            pipeline_root=target.pipeline_root,
+            enable_caching=request.enable_caching,
             service_account=target.service_account,
         )
     except Exception as exc:  # noqa: BLE001
-        raise SubmissionError(f"KFP endpoint {target.host} refused run {prepared.display_name!r}: {api_message(exc)}", is_retryable(exc)) from exc
+        raise SubmissionError(
+            f"KFP endpoint {target.host} refused run {prepared.display_name!r}: {api_message(exc)}", is_retryable(exc)
+        ) from exc
     url = f"{target.host.rstrip('/')}/#/runs/details/{result.run_id}"
     return SubmittedRun("kfp", result.run_id, run_name, prepared.parameters, url)
-
-

@@ -57,7 +57,7 @@ class RunOutputs:
     report: storage.Uri
 
     @staticmethod
-    def under(root: storage.Uri) -> "RunOutputs":
+    def under(root: storage.Uri) -> RunOutputs:
         names = ("preprocessed", "tfrecords", "partitions", "model", "embeddings", "report")
         return RunOutputs(root, **{n: root.join(n) for n in names})
 
@@ -95,8 +95,15 @@ def demo_config(root: storage.Uri, num_nodes: int = DEMO_NODES) -> GnnflowConfig
         raise GnnflowError("the demo data is generated on this machine: give a local --output, or a --config for gs:// runs")
     nodes_path, edges_path = write_demo_graph(generate_demo_graph(num_nodes), pathlib.Path(data.path))
     config = propose_config(
-        str(nodes_path), str(edges_path), id_column="node_id", src_column="src", dst_column="dst",
-        label_column="label", node_type="paper", relation="cites", output_root=str(root),
+        str(nodes_path),
+        str(edges_path),
+        id_column="node_id",
+        src_column="src",
+        dst_column="dst",
+        label_column="label",
+        node_type="paper",
+        relation="cites",
+        output_root=str(root),
     )
     config = apply_overrides(config, DEMO_OVERRIDES, "the demo settings")
     storage.write_text(root.join("config.yaml"), render(config, "the bundled demo graph"))
@@ -110,18 +117,38 @@ def plan(config: GnnflowConfig, outputs: RunOutputs, infer_mode: str = "sampled"
     sections = lambda *names: {n: getattr(c, n).model_dump(mode="json") for n in names}  # noqa: E731
     world = {"world_size": c.resources.world_size}
     return [
-        _PlannedStep("preprocess", o.preprocessed, (), {**sections("graph", "task", "preprocess"), "tables": tables_fingerprint(c.graph)},
-                     lambda: preprocess(c, o.preprocessed)),
-        _PlannedStep("serialize", o.tfrecords, (o.preprocessed,), sections("serialize"),
-                     lambda: serialize(c, o.preprocessed, o.tfrecords)),
-        _PlannedStep("partition", o.partitions, (o.tfrecords,), {**sections("partition"), **world},
-                     lambda: partition(o.tfrecords, o.partitions, c.partition, c.resources.world_size, c.resources.processes_per_replica)),
-        _PlannedStep("train", o.model, (o.partitions,), {**sections("task", "model", "training"), **world},
-                     lambda: train(c, o.partitions, o.model)),
-        _PlannedStep("infer", o.embeddings, (o.partitions, o.model), {**sections("model", "training"), "mode": infer_mode},
-                     lambda: infer(c, o.partitions, o.model, o.embeddings, mode=infer_mode)),
-        _PlannedStep("report", o.report, (o.model, o.embeddings), {"config": c.model_dump(mode="json")},
-                     lambda: report(c, o.model, o.embeddings, o.report)),
+        _PlannedStep(
+            "preprocess",
+            o.preprocessed,
+            (),
+            {**sections("graph", "task", "preprocess"), "tables": tables_fingerprint(c.graph)},
+            lambda: preprocess(c, o.preprocessed),
+        ),
+        _PlannedStep("serialize", o.tfrecords, (o.preprocessed,), sections("serialize"), lambda: serialize(c, o.preprocessed, o.tfrecords)),
+        _PlannedStep(
+            "partition",
+            o.partitions,
+            (o.tfrecords,),
+            {**sections("partition"), **world},
+            lambda: partition(o.tfrecords, o.partitions, c.partition, c.resources.world_size, c.resources.processes_per_replica),
+        ),
+        _PlannedStep(
+            "train", o.model, (o.partitions,), {**sections("task", "model", "training"), **world}, lambda: train(c, o.partitions, o.model)
+        ),
+        _PlannedStep(
+            "infer",
+            o.embeddings,
+            (o.partitions, o.model),
+            {**sections("model", "training"), "mode": infer_mode},
+            lambda: infer(c, o.partitions, o.model, o.embeddings, mode=infer_mode),
+        ),
+        _PlannedStep(
+            "report",
+            o.report,
+            (o.model, o.embeddings),
+            {"config": c.model_dump(mode="json")},
+            lambda: report(c, o.model, o.embeddings, o.report),
+        ),
     ]
 
 
@@ -181,8 +208,9 @@ def run_pipeline(config: GnnflowConfig, root: storage.Uri, infer_mode: str = "sa
     return RunResult(outputs, metrics, ran, skipped)
 
 
-def run(config_uri: str | None, output: str | None, overrides: dict[str, object] | None = None,
-        infer_mode: str = "sampled", force: bool = False) -> RunResult:
+def run(
+    config_uri: str | None, output: str | None, overrides: dict[str, object] | None = None, infer_mode: str = "sampled", force: bool = False
+) -> RunResult:
     """With no config, the demo into ``runs/<timestamp>``; else the config into ``output``."""
     if config_uri is None:
         root = storage.parse_uri(output) if output else new_run_root()
@@ -211,6 +239,7 @@ def summary(result: RunResult) -> str:
 
 def metric_lines(metrics: dict[str, object]) -> list[str]:
     """One aligned line per metric; counts and epochs (whole numbers) without decimals."""
+
     def shown(value: object) -> str:
         if isinstance(value, float):
             return f"{value:.0f}" if value.is_integer() else f"{value:.4f}"

@@ -24,14 +24,14 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import yaml
 
 from components import storage
-from components.config import GnnflowConfig, load_config, resolve_config
+from components.config import EdgeTableSpec, GnnflowConfig, NodeTableSpec, load_config, resolve_config
 from components.errors import GnnflowError
 from components.storage import gcs as gcs_backend
 from components.tables import tables_fingerprint
@@ -67,8 +67,10 @@ class VertexTarget:
         if self.pipeline_root is not None and not self.pipeline_root.startswith("gs://"):
             raise GnnflowError(f"--pipeline-root must be a gs:// URI on Vertex AI, got {self.pipeline_root!r}")
         if self.experiment is not None and not _EXPERIMENT.match(self.experiment):
-            raise GnnflowError(f"--experiment {self.experiment!r}: a Vertex AI Experiment name is lower-case letters, digits "
-                               "and dashes, starting with a letter or digit, at most 128 characters")
+            raise GnnflowError(
+                f"--experiment {self.experiment!r}: a Vertex AI Experiment name is lower-case letters, digits "
+                "and dashes, starting with a letter or digit, at most 128 characters"
+            )
 
     @property
     def endpoint(self) -> str:
@@ -138,7 +140,6 @@ class SubmittedRun:
     state: str | None = None
 
 
-
 # ------------------------------------------------------------------------------- parameters
 @dataclass(frozen=True)
 class PreparedRun:
@@ -159,17 +160,27 @@ def prepare_run(request: RunRequest) -> PreparedRun:
         from components.infer.layerwise import check_exact_config
 
         check_exact_config(resolved)  # refused here, not by the infer task after hours of training
-    for section, tables in (("graph.nodes", resolved.graph.nodes), ("graph.edges", resolved.graph.edges)):
+    sections: list[tuple[str, Sequence[NodeTableSpec | EdgeTableSpec]]] = [
+        ("graph.nodes", resolved.graph.nodes),
+        ("graph.edges", resolved.graph.edges),
+    ]
+    for section, tables in sections:
         for i, table in enumerate(tables):
             if not table.uri.startswith("gs://"):
-                raise GnnflowError(f"config {request.config}: {section}[{i}].uri {table.uri!r} is not a gs:// URI; "
-                                   "a pipeline run on Vertex AI or KFP can only read tables on GCS")
+                raise GnnflowError(
+                    f"config {request.config}: {section}[{i}].uri {table.uri!r} is not a gs:// URI; "
+                    "a pipeline run on Vertex AI or KFP can only read tables on GCS"
+                )
     config_parameter = str(storage.parse_uri(request.config)) if request.config_as == "uri" else text
     if request.config_as == "uri" and not config_parameter.startswith("gs://"):
         raise GnnflowError(f"config {request.config}: a run that reads its config by URI needs a gs:// URI")
-    parameters = {"config": config_parameter, "overrides": overrides, "data_version": data_version(resolved),
-                  "infer_mode": request.infer_mode}
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    parameters = {
+        "config": config_parameter,
+        "overrides": overrides,
+        "data_version": data_version(resolved),
+        "infer_mode": request.infer_mode,
+    }
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     return PreparedRun(parameters, request.display_name or f"gnnflow-{stamp}", resolved)
 
 

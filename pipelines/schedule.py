@@ -131,15 +131,28 @@ def init_vertex(target: VertexTarget) -> None:
     """Points the Vertex SDK's resource classes at ``target``, over REST (as submissions go)."""
     from google.cloud import aiplatform
 
-    aiplatform.init(project=target.project, location=target.region, credentials=vertex_credentials(target),
-                    api_endpoint=target.api_endpoint, api_transport="rest")
+    aiplatform.init(
+        project=target.project,
+        location=target.region,
+        credentials=vertex_credentials(target),
+        api_endpoint=target.api_endpoint,
+        api_transport="rest",
+    )
 
 
 def create_schedule(request: RunRequest, target: Target, options: ScheduleOptions) -> ScheduleInfo:
     """Validates the config and its tables now, then creates the schedule."""
     if isinstance(target, KfpTarget):
-        unsupported = [flag for flag, used in (("--time-zone", options.time_zone != "UTC"), ("--max-run-count", options.max_run_count),
-                                               ("--allow-queueing", options.allow_queueing), ("--label", request.labels)) if used]
+        unsupported = [
+            flag
+            for flag, used in (
+                ("--time-zone", options.time_zone != "UTC"),
+                ("--max-run-count", options.max_run_count),
+                ("--allow-queueing", options.allow_queueing),
+                ("--label", request.labels),
+            )
+            if used
+        ]
         if unsupported:
             raise GnnflowError(f"KFP recurring runs do not support {', '.join(unsupported)} (Vertex AI schedules do; KFP crons run in UTC)")
     elif not target.pipeline_root:
@@ -149,7 +162,8 @@ def create_schedule(request: RunRequest, target: Target, options: ScheduleOption
     request = replace(request, enable_caching=bool(request.enable_caching))
     prepared = prepare_run(request)
     prepared = replace(
-        prepared, parameters={**prepared.parameters, "data_version": ""},  # see the module docstring
+        prepared,
+        parameters={**prepared.parameters, "data_version": ""},  # see the module docstring
         display_name=options.display_name or prepared.display_name.replace("gnnflow-", "gnnflow-schedule-", 1),
     )
     with pipeline_package(request, prepared.config) as package:
@@ -163,18 +177,30 @@ def create_schedule(request: RunRequest, target: Target, options: ScheduleOption
     return info
 
 
-def _create_vertex(target: VertexTarget, request: RunRequest, prepared: PreparedRun, package: str, options: ScheduleOptions) -> ScheduleInfo:
+def _create_vertex(
+    target: VertexTarget, request: RunRequest, prepared: PreparedRun, package: str, options: ScheduleOptions
+) -> ScheduleInfo:
     from google.cloud import aiplatform
 
     init_vertex(target)
     job = vertex_pipeline_job(target, request, prepared, package)
     try:
-        schedule = aiplatform.PipelineJobSchedule(pipeline_job=job, display_name=prepared.display_name,
-                                                  credentials=vertex_credentials(target), project=target.project, location=target.region)
+        schedule = aiplatform.PipelineJobSchedule(
+            pipeline_job=job,
+            display_name=prepared.display_name,
+            credentials=vertex_credentials(target),
+            project=target.project,
+            location=target.region,
+        )
         schedule.create(
-            cron=f"TZ={options.time_zone} {options.cron}", start_time=options.start_time, end_time=options.end_time,
-            allow_queueing=options.allow_queueing, max_run_count=options.max_run_count,
-            max_concurrent_run_count=options.max_concurrent_runs, service_account=target.service_account,
+            cron=f"TZ={options.time_zone} {options.cron}",
+            # (annotated as str; the proto field takes a datetime, which is what the API is sent)
+            start_time=options.start_time,  # type: ignore[arg-type]
+            end_time=options.end_time,  # type: ignore[arg-type]
+            allow_queueing=options.allow_queueing,
+            max_run_count=options.max_run_count,
+            max_concurrent_run_count=options.max_concurrent_runs,
+            service_account=target.service_account,
         )
     except ValueError as exc:
         raise GnnflowError(f"invalid Vertex AI schedule: {exc}") from exc
@@ -188,15 +214,24 @@ def _create_kfp(target: KfpTarget, request: RunRequest, prepared: PreparedRun, p
     try:
         experiment = client.create_experiment(target.experiment, namespace=target.namespace)
         created = client.create_recurring_run(
-            experiment_id=experiment.experiment_id, job_name=prepared.display_name,
-            description=f"gnnflow, config {request.config}", start_time=options.start_time, end_time=options.end_time,
+            experiment_id=experiment.experiment_id,
+            job_name=prepared.display_name,
+            description=f"gnnflow, config {request.config}",
+            start_time=options.start_time,
+            end_time=options.end_time,
             cron_expression=f"0 {options.cron}",  # KFP's cron has a leading seconds field
-            max_concurrency=options.max_concurrent_runs, no_catchup=not options.catch_up, params=prepared.parameters,
-            pipeline_package_path=package, pipeline_root=target.pipeline_root, enable_caching=request.enable_caching,
+            max_concurrency=options.max_concurrent_runs,
+            no_catchup=not options.catch_up,
+            params=prepared.parameters,
+            pipeline_package_path=package,
+            pipeline_root=target.pipeline_root,
+            enable_caching=request.enable_caching,
             service_account=target.service_account,
         )
     except Exception as exc:  # noqa: BLE001
-        raise SubmissionError(f"KFP endpoint {target.host} refused recurring run {prepared.display_name!r}: {api_message(exc)}", is_retryable(exc)) from exc
+        raise SubmissionError(
+            f"KFP endpoint {target.host} refused recurring run {prepared.display_name!r}: {api_message(exc)}", is_retryable(exc)
+        ) from exc
     return _kfp_info(created)
 
 
@@ -206,14 +241,23 @@ def list_schedules(target: Target) -> list[ScheduleInfo]:
         from google.cloud import aiplatform
 
         init_vertex(target)
-        found = _vertex_call(target, "list schedules", lambda: aiplatform.PipelineJobSchedule.list(
-            project=target.project, location=target.region, credentials=vertex_credentials(target)))
+        found = _vertex_call(
+            target,
+            "list schedules",
+            lambda: aiplatform.PipelineJobSchedule.list(
+                project=target.project, location=target.region, credentials=vertex_credentials(target)
+            ),
+        )
         return [_vertex_info(s) for s in found]
     client = kfp_client(target)
     infos: list[ScheduleInfo] = []
     token = ""
     while True:
-        page = _kfp_call(target, "list recurring runs", lambda: client.list_recurring_runs(page_token=token, page_size=100, namespace=target.namespace))
+        page = _kfp_call(
+            target,
+            "list recurring runs",
+            lambda token=token: client.list_recurring_runs(page_token=token, page_size=100, namespace=target.namespace),
+        )
         infos.extend(_kfp_info(r) for r in page.recurring_runs or [])
         token = page.next_page_token or ""
         if not token:
@@ -256,8 +300,13 @@ def _vertex_schedule(target: VertexTarget, name: str) -> Any:
     from google.cloud import aiplatform
 
     init_vertex(target)
-    return _vertex_call(target, f"get schedule {name}", lambda: aiplatform.PipelineJobSchedule.get(
-        name, project=target.project, location=target.region, credentials=vertex_credentials(target)))
+    return _vertex_call(
+        target,
+        f"get schedule {name}",
+        lambda: aiplatform.PipelineJobSchedule.get(
+            name, project=target.project, location=target.region, credentials=vertex_credentials(target)
+        ),
+    )
 
 
 def _vertex_call(target: VertexTarget, what: str, call: Any) -> Any:
@@ -302,9 +351,15 @@ def _time(text: str) -> datetime.datetime:
 
 def _create(args: argparse.Namespace) -> None:
     options = ScheduleOptions(
-        cron=args.cron, time_zone=args.time_zone, display_name=args.display_name, max_concurrent_runs=args.max_concurrent_runs,
-        start_time=args.start_time, end_time=args.end_time, max_run_count=args.max_run_count,
-        allow_queueing=args.allow_queueing, catch_up=args.catch_up,
+        cron=args.cron,
+        time_zone=args.time_zone,
+        display_name=args.display_name,
+        max_concurrent_runs=args.max_concurrent_runs,
+        start_time=args.start_time,
+        end_time=args.end_time,
+        max_run_count=args.max_run_count,
+        allow_queueing=args.allow_queueing,
+        catch_up=args.catch_up,
     )
     request = run_request_from_args(args, config_as="text" if args.embed_config else "uri")
     print(create_schedule(request, target_from_args(args), options).name)
@@ -336,7 +391,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     create.add_argument("--start-time", type=_time, help="ISO 8601; no runs before it")
     create.add_argument("--end-time", type=_time, help="ISO 8601; no runs after it")
     create.add_argument("--max-run-count", type=int, help="stop after this many runs (Vertex AI)")
-    create.add_argument("--allow-queueing", action="store_true", help="queue runs beyond --max-concurrent-runs instead of skipping them (Vertex AI)")
+    create.add_argument(
+        "--allow-queueing", action="store_true", help="queue runs beyond --max-concurrent-runs instead of skipping them (Vertex AI)"
+    )
     create.add_argument("--catch-up", action="store_true", help="KFP: backfill intervals missed while disabled")
     create.add_argument("--embed-config", action="store_true", help="pass today's config text instead of its URI")
     create.set_defaults(handler=_create)
@@ -345,9 +402,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_target_arguments(listing, run=False)
     listing.set_defaults(handler=_list)
 
-    for name, action, text in (("pause", pause_schedule, "pause a schedule (KFP: disable)"),
-                               ("resume", resume_schedule, "resume a schedule (KFP: enable)"),
-                               ("delete", delete_schedule, "delete a schedule")):
+    for name, action, text in (
+        ("pause", pause_schedule, "pause a schedule (KFP: disable)"),
+        ("resume", resume_schedule, "resume a schedule (KFP: enable)"),
+        ("delete", delete_schedule, "delete a schedule"),
+    ):
         sub = actions.add_parser(name, help=text)
         sub.add_argument("schedule", help="Vertex AI: schedule id or resource name; KFP: recurring run id")
         add_target_arguments(sub, run=False)

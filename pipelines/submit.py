@@ -39,8 +39,21 @@ from pipelines.run_request import (
 )
 
 __all__ = [
-    "KfpTarget", "PreparedRun", "RunRequest", "SubmissionError", "SubmittedRun", "Target", "VertexTarget", "WaitOptions",
-    "add_run_arguments", "add_target_arguments", "prepare_run", "run_request_from_args", "submit", "target_from_args", "wait_for",
+    "KfpTarget",
+    "PreparedRun",
+    "RunRequest",
+    "SubmissionError",
+    "SubmittedRun",
+    "Target",
+    "VertexTarget",
+    "WaitOptions",
+    "add_run_arguments",
+    "add_target_arguments",
+    "prepare_run",
+    "run_request_from_args",
+    "submit",
+    "target_from_args",
+    "wait_for",
 ]
 
 log = logging.getLogger("gnnflow.submit")
@@ -108,7 +121,6 @@ def wait_for(run: SubmittedRun, target: Target, options: WaitOptions) -> Submitt
     return SubmittedRun(run.target, run.name, run.display_name, run.parameters, run.url, state)
 
 
-
 # -------------------------------------------------------------------------------- command line
 def add_target_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
     """Where runs go: Vertex AI (--project, --region, ...) or a KFP endpoint (--kfp-host)."""
@@ -119,9 +131,12 @@ def add_target_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
     kfp = parser.add_argument_group("Kubeflow Pipelines")
     kfp.add_argument("--kfp-host", help="KFP API endpoint, e.g. http://localhost:8080 (token: $GNNFLOW_KFP_TOKEN)")
     kfp.add_argument("--kfp-namespace", help="namespace of a multi-user KFP deployment")
-    parser.add_argument("--experiment", help="Vertex AI: the Vertex AI Experiment the run joins (created if missing; gnnflow "
-                                             "submit only), which records its parameters and final metrics; KFP: the "
-                                             "experiment of the run (default: gnnflow)")
+    parser.add_argument(
+        "--experiment",
+        help="Vertex AI: the Vertex AI Experiment the run joins (created if missing; gnnflow "
+        "submit only), which records its parameters and final metrics; KFP: the "
+        "experiment of the run (default: gnnflow)",
+    )
     if run:
         vertex.add_argument("--pipeline-root", help="gs:// folder for the run's artifacts (KFP: optional)")
         vertex.add_argument("--service-account", help="service account the run uses (KFP: a Kubernetes one)")
@@ -131,17 +146,21 @@ def add_target_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
 def target_from_args(args: argparse.Namespace) -> Target:
     root, account = getattr(args, "pipeline_root", None), getattr(args, "service_account", None)
     if args.kfp_host:
-        return KfpTarget(args.kfp_host, args.experiment or "gnnflow", args.kfp_namespace, root, account,
-                         os.environ.get("GNNFLOW_KFP_TOKEN"))
-    return VertexTarget(args.project or "", args.region or "", root, account, args.api_endpoint,
-                        not getattr(args, "no_root_check", False), args.experiment)
+        return KfpTarget(
+            args.kfp_host, args.experiment or "gnnflow", args.kfp_namespace, root, account, os.environ.get("GNNFLOW_KFP_TOKEN")
+        )
+    return VertexTarget(
+        args.project or "", args.region or "", root, account, args.api_endpoint, not getattr(args, "no_root_check", False), args.experiment
+    )
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """What runs: the config, its overrides, naming and the pipeline package."""
     parser.add_argument("--config", required=True, help="config YAML, local or gs://")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key (repeatable), e.g. training.epochs=5")
-    parser.add_argument("--overrides", help='overrides as a JSON object, e.g. \'{"training.epochs": 5}\'')
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key (repeatable), e.g. training.epochs=5"
+    )
+    parser.add_argument("--overrides", help="overrides as a JSON object, e.g. '{\"training.epochs\": 5}'")
     parser.add_argument("--display-name", help="name shown in the console (default: gnnflow-<timestamp>)")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="Vertex AI label (repeatable)")
     parser.add_argument("--infer-mode", choices=["sampled", "exact"], default="sampled")
@@ -165,8 +184,15 @@ def run_request_from_args(args: argparse.Namespace, **extra: Any) -> RunRequest:
     for key, value in _pairs(args.set, "--set").items():
         overrides[key.strip()] = yaml.safe_load(value)  # as `gnnflow run --set`: 5 → int, true → bool
     return RunRequest(
-        config=args.config, overrides=overrides, display_name=args.display_name, labels=_pairs(args.label, "--label"),
-        infer_mode=args.infer_mode, enable_caching=args.enable_caching, package=args.package, image=args.image, **extra,
+        config=args.config,
+        overrides=overrides,
+        display_name=args.display_name,
+        labels=_pairs(args.label, "--label"),
+        infer_mode=args.infer_mode,
+        enable_caching=args.enable_caching,
+        package=args.package,
+        image=args.image,
+        **extra,
     )
 
 

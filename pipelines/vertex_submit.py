@@ -46,16 +46,24 @@ def vertex_credentials(target: VertexTarget) -> Any:
     return None
 
 
-def vertex_pipeline_job(target: VertexTarget, request: RunRequest, prepared: PreparedRun, package: str, *, job_id: str | None = None) -> Any:
+def vertex_pipeline_job(
+    target: VertexTarget, request: RunRequest, prepared: PreparedRun, package: str, *, job_id: str | None = None
+) -> Any:
     """The SDK's ``PipelineJob`` (spec, runtime config, labels, caching), validated."""
     from google.cloud import aiplatform
 
     try:
         return aiplatform.PipelineJob(
-            display_name=prepared.display_name, template_path=package, job_id=job_id,
-            pipeline_root=target.pipeline_root, parameter_values=prepared.parameters,
-            enable_caching=request.enable_caching, labels=dict(request.labels) or None,
-            credentials=vertex_credentials(target), project=target.project, location=target.region,
+            display_name=prepared.display_name,
+            template_path=package,
+            job_id=job_id,
+            pipeline_root=target.pipeline_root,
+            parameter_values=prepared.parameters,
+            enable_caching=request.enable_caching,
+            labels=dict(request.labels) or None,
+            credentials=vertex_credentials(target),
+            project=target.project,
+            location=target.region,
         )
     except ValueError as exc:
         raise GnnflowError(f"invalid Vertex AI pipeline job: {exc}") from exc
@@ -63,7 +71,7 @@ def vertex_pipeline_job(target: VertexTarget, request: RunRequest, prepared: Pre
 
 def submit_vertex(target: VertexTarget, request: RunRequest, prepared: PreparedRun, package: str) -> SubmittedRun:
     """Creates the pipeline job (joining ``target.experiment`` if set); a job id that exists already is that run."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     job_id = request.job_id or f"gnnflow-{stamp}-{secrets.token_hex(3)}"
     if not _JOB_ID.match(job_id):
         raise GnnflowError(f"job id {job_id!r} must be lower-case letters, digits and dashes, starting with a letter")
@@ -80,8 +88,13 @@ def _create(target: VertexTarget, request: RunRequest, prepared: PreparedRun, pa
     from google.cloud.aiplatform_v1 import PipelineJob
 
     built = vertex_pipeline_job(target, request, prepared, package, job_id=job_id)
-    job = PipelineJob(display_name=prepared.display_name, pipeline_spec=built.pipeline_spec, runtime_config=built.runtime_config,
-                      labels=dict(request.labels), service_account=target.service_account or "")
+    job = PipelineJob(
+        display_name=prepared.display_name,
+        pipeline_spec=built.pipeline_spec,
+        runtime_config=built.runtime_config,
+        labels=dict(request.labels),
+        service_account=target.service_account or "",
+    )
     parent = f"projects/{target.project}/locations/{target.region}"
     service = pipeline_service(target)
     try:
@@ -99,25 +112,33 @@ def _create_in_experiment(target: VertexTarget, request: RunRequest, prepared: P
 
     experiment_name = target.experiment or ""
     # The SDK's experiment classes take their endpoint from aiplatform.init.
-    aiplatform.init(project=target.project, location=target.region, credentials=vertex_credentials(target),
-                    api_endpoint=target.api_endpoint, api_transport="rest")
+    aiplatform.init(
+        project=target.project,
+        location=target.region,
+        credentials=vertex_credentials(target),
+        api_endpoint=target.api_endpoint,
+        api_transport="rest",
+    )
     try:
-        experiment = aiplatform.Experiment.get_or_create(experiment_name, project=target.project, location=target.region,
-                                                         credentials=vertex_credentials(target))
+        experiment = aiplatform.Experiment.get_or_create(
+            experiment_name, project=target.project, location=target.region, credentials=vertex_credentials(target)
+        )
     except ValueError as exc:  # a metadata context of that name that is not an experiment (e.g. a TensorBoard one)
         raise GnnflowError(f"--experiment {experiment_name!r}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001
-        raise SubmissionError(f"Vertex AI Experiment {experiment_name!r} could not be found or created: {api_message(exc)}",
-                              is_retryable(exc)) from exc
+        raise SubmissionError(
+            f"Vertex AI Experiment {experiment_name!r} could not be found or created: {api_message(exc)}", is_retryable(exc)
+        ) from exc
     name = _create(target, request, prepared, package, job_id)
     run_context = _run_context(target, name)
     try:
-        MetadataServiceClient(credentials=vertex_credentials(target), transport="rest",
-                              client_options={"api_endpoint": target.endpoint}).add_context_children(
-            context=experiment.resource_name, child_contexts=[run_context])
+        MetadataServiceClient(
+            credentials=vertex_credentials(target), transport="rest", client_options={"api_endpoint": target.endpoint}
+        ).add_context_children(context=experiment.resource_name, child_contexts=[run_context])
     except Exception as exc:  # noqa: BLE001
-        raise SubmissionError(f"pipeline job {name} was submitted and runs, but joining Vertex AI Experiment "
-                              f"{experiment_name!r} failed: {api_message(exc)}") from exc
+        raise SubmissionError(
+            f"pipeline job {name} was submitted and runs, but joining Vertex AI Experiment {experiment_name!r} failed: {api_message(exc)}"
+        ) from exc
     log.info("pipeline job %s joined Vertex AI Experiment %s: %s", name, experiment_name, experiment.dashboard_url)
     return name
 
@@ -131,8 +152,10 @@ def _run_context(target: VertexTarget, name: str) -> str:
         if job.job_detail.pipeline_run_context.name:
             return str(job.job_detail.pipeline_run_context.name)
         if job.state.name in DONE_STATES or time.monotonic() > deadline:
-            raise SubmissionError(f"pipeline job {name} was submitted, but Vertex AI made no run context to add to the "
-                                  f"experiment ({job.state.name}{': ' + job.error.message if job.error.message else ''})")
+            raise SubmissionError(
+                f"pipeline job {name} was submitted, but Vertex AI made no run context to add to the "
+                f"experiment ({job.state.name}{': ' + job.error.message if job.error.message else ''})"
+            )
         time.sleep(CONTEXT_POLL_S)
 
 
@@ -150,6 +173,4 @@ def pipeline_service(target: VertexTarget) -> Any:
     """The SDK's generated Vertex AI pipeline client, over REST."""
     from google.cloud.aiplatform_v1.services.pipeline_service import PipelineServiceClient
 
-    return PipelineServiceClient(credentials=vertex_credentials(target), transport="rest",
-                                 client_options={"api_endpoint": target.endpoint})
-
+    return PipelineServiceClient(credentials=vertex_credentials(target), transport="rest", client_options={"api_endpoint": target.endpoint})

@@ -10,7 +10,7 @@ from components.errors import GnnflowError
 
 def job_name(prefix: str, step: str, now: dt.datetime | None = None) -> str:
     """A Dataflow job name (lower case, digits, dashes; unique per second)."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     return f"{prefix}-{step}-{now:%Y%m%d-%H%M%S}"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from components.config.sections import _Section
 
@@ -31,12 +31,12 @@ class TaskRequests(_Section):
     accelerator_count: int | None = Field(None, ge=1, description="Accelerators per task (1 when only accelerator_type is given).")
 
     @model_validator(mode="after")
-    def _count_needs_type(self) -> "TaskRequests":
+    def _count_needs_type(self) -> TaskRequests:
         if self.accelerator_count is not None and self.accelerator_type is None:
             raise ValueError("accelerator_count needs accelerator_type")
         return self
 
-    def overridden_by(self, other: "TaskRequests") -> "TaskRequests":
+    def overridden_by(self, other: TaskRequests) -> TaskRequests:
         """These requests with every field that ``other`` sets taken from ``other``."""
         return self.model_copy(update=other.model_dump(exclude_unset=True, exclude_none=True))
 
@@ -60,10 +60,13 @@ class CustomJobSpec(_Section):
     network: str | None = Field(None, description="VPC network to peer with (projects/N/global/networks/NAME); default: none.")
     timeout_s: int | None = Field(None, gt=0, description="Longest one step's job may run, in seconds; default: Vertex AI's (7 days).")
     restart_job_on_worker_restart: bool = Field(
-        True, description="Restart every replica when one restarts (a distributed step cannot continue without a rank); train resumes from its checkpoint."
+        True,
+        description="Restart every replica when one restarts (a distributed step cannot continue without a rank); "
+        "train resumes from its checkpoint.",
     )
     tensorboard: str | None = Field(
-        None, pattern=r"^projects/[^/]+/locations/[^/]+/tensorboards/[^/]+$",
+        None,
+        pattern=r"^projects/[^/]+/locations/[^/]+/tensorboards/[^/]+$",
         description="Vertex AI TensorBoard (projects/P/locations/L/tensorboards/ID) that train's CustomJob uploads its curves to; "
         "it gives train's job a per-run output directory, so train is then never taken from the cache. Default: none.",
     )
@@ -75,17 +78,20 @@ class ResourcesSpec(_Section):
     world_size: int = Field(1, ge=1, description="Workers of the multi-worker steps (partition, train, infer).")
     processes_per_replica: int = Field(1, ge=1, description="On a cluster: worker processes per replica (machine).")
     runner: Literal["local", "vertex"] = Field(
-        "local", description="Where a pipeline's multi-worker steps run (compile time): local: world_size processes inside the "
-        "step's own task; vertex: a Vertex AI CustomJob of world_size / processes_per_replica replicas (see custom_job)."
+        "local",
+        description="Where a pipeline's multi-worker steps run (compile time): local: world_size processes inside the "
+        "step's own task; vertex: a Vertex AI CustomJob of world_size / processes_per_replica replicas (see custom_job).",
     )
     requests: TaskRequests = Field(default_factory=TaskRequests, description="Requests of every pipeline task (compile time).")
     step_requests: dict[StepName, TaskRequests] = Field(
         default_factory=dict, description="Per step (preprocess, ..., report): requests that replace those in `requests` (compile time)."
     )
-    custom_job: CustomJobSpec = Field(default_factory=CustomJobSpec, description="The Vertex AI CustomJob of multi-worker steps when runner is vertex.")
+    custom_job: CustomJobSpec = Field(
+        default_factory=CustomJobSpec, description="The Vertex AI CustomJob of multi-worker steps when runner is vertex."
+    )
 
     @model_validator(mode="after")
-    def _replicas_whole(self) -> "ResourcesSpec":
+    def _replicas_whole(self) -> ResourcesSpec:
         if self.runner == "vertex" and self.world_size % self.processes_per_replica:
             raise ValueError(
                 f"world_size {self.world_size} is not a multiple of processes_per_replica {self.processes_per_replica}: "

@@ -21,11 +21,14 @@ class GnnflowConfig(_Section):
     model: ModelSpec = Field(default_factory=ModelSpec, description="The model: GraphSAGE, GATv2 or R-GCN.")
     training: TrainingSpec = Field(default_factory=TrainingSpec, description="Steps train and infer.")
     retrieval: RetrievalSpec = Field(default_factory=RetrievalSpec, description="Step infer: top-k candidates for link prediction.")
-    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Workers of the multi-worker steps, where they run (local or Vertex AI CustomJobs), and task requests.")
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec,
+        description="Workers of the multi-worker steps, where they run (local or Vertex AI CustomJobs), and task requests.",
+    )
     output: OutputSpec = Field(default_factory=OutputSpec, description="Where a run writes.")
 
     @model_validator(mode="after")
-    def _task_fits_graph(self) -> "GnnflowConfig":
+    def _task_fits_graph(self) -> GnnflowConfig:
         target = self.task_target
         if self.task.type == "node_classification":
             node = next((n for n in self.graph.nodes if n.type == target), None)
@@ -38,7 +41,7 @@ class GnnflowConfig(_Section):
         return self
 
     @model_validator(mode="after")
-    def _labels_fit(self) -> "GnnflowConfig":
+    def _labels_fit(self) -> GnnflowConfig:
         labels = [e for e in self.graph.edges if e.role != "message"]
         if not labels:
             if "hard" in self.training.negatives:
@@ -53,8 +56,10 @@ class GnnflowConfig(_Section):
                 raise ValueError(f"graph.edges has {len(tables)} tables with role {role} ({tables}): give one")
         for label in labels:
             if (label.src_type, label.dst_type) != (target.src_type, target.dst_type):
-                raise ValueError(f"label edge table {label.name!r} joins {label.src_type} to {label.dst_type}; the target "
-                                 f"{target.name!r} joins {target.src_type} to {target.dst_type}")
+                raise ValueError(
+                    f"label edge table {label.name!r} joins {label.src_type} to {label.dst_type}; the target "
+                    f"{target.name!r} joins {target.src_type} to {target.dst_type}"
+                )
             if label.features:
                 raise ValueError(f"label edge table {label.name!r} has features; label tables are pairs only")
         if "hard" in self.training.negatives and not any(e.role == "negative_label" for e in labels):
@@ -62,9 +67,11 @@ class GnnflowConfig(_Section):
         return self
 
     @model_validator(mode="after")
-    def _fan_outs_match_layers(self) -> "GnnflowConfig":
+    def _fan_outs_match_layers(self) -> GnnflowConfig:
         fan_outs = self.training.fan_outs
-        lists = {"training.fan_outs": fan_outs} if isinstance(fan_outs, list) else {f"training.fan_outs[{k!r}]": v for k, v in fan_outs.items()}
+        lists = (
+            {"training.fan_outs": fan_outs} if isinstance(fan_outs, list) else {f"training.fan_outs[{k!r}]": v for k, v in fan_outs.items()}
+        )
         for key, values in lists.items():
             if len(values) != self.model.num_layers and self.training.mode == "sampled":  # full_graph samples nothing
                 raise ValueError(
@@ -83,22 +90,24 @@ class GnnflowConfig(_Section):
         return self
 
     @model_validator(mode="after")
-    def _model_fits(self) -> "GnnflowConfig":
+    def _model_fits(self) -> GnnflowConfig:
         spec = self.model
         if spec.type == "gat" and spec.hidden_channels % spec.attention_heads:
             raise ValueError(f"model.attention_heads {spec.attention_heads} does not divide model.hidden_channels {spec.hidden_channels}")
         return self
 
     @model_validator(mode="after")
-    def _gcn_fits(self) -> "GnnflowConfig":
+    def _gcn_fits(self) -> GnnflowConfig:
         messages = [e for e in self.graph.edges if e.role == "message"]
         if self.model.type == "gcn" and (len(self.graph.nodes) > 1 or len(messages) > 1 or not self.graph.nodes[0].features):
-            raise ValueError(f"model.type gcn supports homogeneous graphs with node features; this config has {len(self.graph.nodes)} "
-                             f"node types, {len(messages)} edge types{'' if self.graph.nodes[0].features else ', no node features'}")
+            raise ValueError(
+                f"model.type gcn supports homogeneous graphs with node features; this config has {len(self.graph.nodes)} "
+                f"node types, {len(messages)} edge types{'' if self.graph.nodes[0].features else ', no node features'}"
+            )
         return self
 
     @model_validator(mode="after")
-    def _full_graph_fits(self) -> "GnnflowConfig":
+    def _full_graph_fits(self) -> GnnflowConfig:
         """training.mode full_graph: node classification, graphsage or gcn, one node type with features, one edge type."""
         if self.training.mode != "full_graph":
             return self
@@ -108,29 +117,35 @@ class GnnflowConfig(_Section):
         if self.model.type not in ("graphsage", "gcn"):
             raise ValueError(f"training.mode full_graph supports model.type graphsage or gcn, not {self.model.type}")
         if len(self.graph.nodes) > 1 or len(messages) > 1:
-            raise ValueError(f"training.mode full_graph supports homogeneous graphs (one node type, one edge type); this config has "
-                             f"{len(self.graph.nodes)} node types and {len(messages)} edge types")
+            raise ValueError(
+                f"training.mode full_graph supports homogeneous graphs (one node type, one edge type); this config has "
+                f"{len(self.graph.nodes)} node types and {len(messages)} edge types"
+            )
         if not self.graph.nodes[0].features:
             raise ValueError(f"training.mode full_graph needs node features; node type {self.graph.nodes[0].type!r} has none")
         return self
 
     @model_validator(mode="after")
-    def _retrieval_fits(self) -> "GnnflowConfig":
+    def _retrieval_fits(self) -> GnnflowConfig:
         if self.retrieval.enabled and self.task.type != "link_prediction":
             raise ValueError("retrieval.enabled needs task.type link_prediction")
         if self.retrieval.enabled and self.model.decoder != "dot":
-            raise ValueError(f"retrieval.enabled needs model.decoder dot: an index searches inner products, "
-                             f"model.decoder {self.model.decoder} scores pairs otherwise")
+            raise ValueError(
+                f"retrieval.enabled needs model.decoder dot: an index searches inner products, "
+                f"model.decoder {self.model.decoder} scores pairs otherwise"
+            )
         return self
 
     @model_validator(mode="after")
-    def _accelerators_used(self) -> "GnnflowConfig":
+    def _accelerators_used(self) -> GnnflowConfig:
         # Only train and infer compute on a device, and training.device cpu keeps them off it:
         # accelerators requested beside it would be paid for and sit idle.
         if self.training.device == "cpu" and (requested := self.resources.accelerator_requests()):
             key, kind = requested[0]
-            raise ValueError(f"{key} requests {kind} but training.device is cpu, which leaves it idle: "
-                             f"set training.device to auto or cuda, or remove {key}")
+            raise ValueError(
+                f"{key} requests {kind} but training.device is cpu, which leaves it idle: "
+                f"set training.device to auto or cuda, or remove {key}"
+            )
         return self
 
     @property

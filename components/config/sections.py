@@ -78,7 +78,7 @@ class GraphSpec(_Section):
     edges: list[EdgeTableSpec] = Field(min_length=1, description="One entry per edge type.")
 
     @model_validator(mode="after")
-    def _types_consistent(self) -> "GraphSpec":
+    def _types_consistent(self) -> GraphSpec:
         names = [n.type for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValueError(f"node types must be unique, got {names}")
@@ -109,7 +109,7 @@ class SplitSpec(_Section):
     seed: int = Field(42, description="Random split: seed (the split of a row depends only on it and the row's id).")
 
     @model_validator(mode="after")
-    def _fractions(self) -> "SplitSpec":
+    def _fractions(self) -> SplitSpec:
         if self.train + self.val + self.test > 1.0 + 1e-9:
             raise ValueError(f"split fractions sum to {self.train + self.val + self.test:g} > 1")
         return self

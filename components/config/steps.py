@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from components.config.sections import _Section
 
@@ -17,8 +17,12 @@ class DataflowSpec(_Section):
 
     project: str | None = Field(None, min_length=1, description="Google Cloud project of the job (required for dataflow).")
     region: str = Field("us-central1", min_length=1, description="Dataflow region.")
-    temp_location: str | None = Field(None, pattern=r"^gs://[^/]+", description="gs:// prefix for the job's temporary files (required for dataflow).")
-    staging_location: str | None = Field(None, pattern=r"^gs://[^/]+", description="gs:// prefix for staged job files; default: <temp_location>/staging.")
+    temp_location: str | None = Field(
+        None, pattern=r"^gs://[^/]+", description="gs:// prefix for the job's temporary files (required for dataflow)."
+    )
+    staging_location: str | None = Field(
+        None, pattern=r"^gs://[^/]+", description="gs:// prefix for staged job files; default: <temp_location>/staging."
+    )
     machine_type: str = Field("n1-standard-4", min_length=1, description="Compute Engine machine type of every worker.")
     num_workers: int | None = Field(None, ge=1, description="Workers to start with; default: Dataflow's choice.")
     max_num_workers: int = Field(10, ge=1, description="Most workers autoscaling may use.")
@@ -38,17 +42,21 @@ class BeamSpec(_Section):
     """The Apache Beam pipeline behind ``preprocess.engine: beam`` (steps preprocess and serialize)."""
 
     runner: Literal["local", "dataflow"] = Field(
-        "local", description="local: Beam's portable FnApiRunner with num_workers processes on this machine; dataflow: a Dataflow job (see dataflow)."
+        "local",
+        description="local: Beam's portable FnApiRunner with num_workers processes on this machine; "
+        "dataflow: a Dataflow job (see dataflow).",
     )
     num_workers: int = Field(2, ge=1, description="local: worker processes (Beam's direct_num_workers).")
     join_buckets: int | None = Field(
-        None, ge=1, description="Buckets that node ids are hashed into for duplicate checks and the edge-endpoint join; "
-        "default: about one per 32 MiB of input, at least 4 per worker. A bucket's ids must fit one worker."
+        None,
+        ge=1,
+        description="Buckets that node ids are hashed into for duplicate checks and the edge-endpoint join; "
+        "default: about one per 32 MiB of input, at least 4 per worker. A bucket's ids must fit one worker.",
     )
     dataflow: DataflowSpec = Field(default_factory=DataflowSpec, description="The Dataflow job when runner is dataflow.")
 
     @model_validator(mode="after")
-    def _dataflow_complete(self) -> "BeamSpec":
+    def _dataflow_complete(self) -> BeamSpec:
         if self.runner == "dataflow":
             missing = [name for name in ("project", "temp_location") if getattr(self.dataflow, name) is None]
             if missing:
@@ -60,8 +68,9 @@ class PreprocessSpec(_Section):
     csv_block_bytes: int = Field(16 << 20, gt=0, description="CSV bytes parsed per chunk (bounds memory).")
     parquet_batch_rows: int = Field(65_536, gt=0, description="Parquet rows read per chunk (bounds memory).")
     engine: Literal["local", "beam"] = Field(
-        "local", description="How preprocess and serialize run: local: in this process; beam: an Apache Beam pipeline "
-        "(many processes here, or Dataflow) for tables beyond one machine. Both publish the same outputs."
+        "local",
+        description="How preprocess and serialize run: local: in this process; beam: an Apache Beam pipeline "
+        "(many processes here, or Dataflow) for tables beyond one machine. Both publish the same outputs.",
     )
     beam: BeamSpec = Field(default_factory=BeamSpec, description="The Beam pipeline when engine is beam.")
 
@@ -76,7 +85,9 @@ class PartitionSpec(_Section):
         "src", description="Which endpoint's partition holds an edge: src for sampling out-edges, dst for in-edges."
     )
     load_in_parallel: bool = Field(
-        True, description="Load node and edge shards in parallel subprocesses; false loads them one after another (edges first), lowering peak memory."
+        True,
+        description="Load node and edge shards in parallel subprocesses; false loads them one after another (edges first), "
+        "lowering peak memory.",
     )
     seed: int = Field(0, description="Seed of the hash that assigns nodes to partitions.")
     method: Literal["hash", "label_propagation"] = Field(
@@ -108,7 +119,9 @@ class ModelSpec(_Section):
     attention_heads: int = Field(1, gt=0, description="gat: attention heads per layer (concatenated; must divide hidden_channels).")
     dropout: float = Field(0.5, ge=0, lt=1, description="Dropout between layers.")
     aggregation: Literal["mean", "max", "sum"] = Field("mean", description="graphsage, rgcn: how a node aggregates its neighbours.")
-    decoder: Literal["dot", "mlp"] = Field("dot", description="Link prediction: score an edge by a dot product or an MLP of the two embeddings.")
+    decoder: Literal["dot", "mlp"] = Field(
+        "dot", description="Link prediction: score an edge by a dot product or an MLP of the two embeddings."
+    )
 
 
 class TrainingSpec(_Section):
@@ -120,7 +133,8 @@ class TrainingSpec(_Section):
         "homogeneous graph with node features; batch_size and fan_outs do not apply; runs on the CPU).",
     )
     full_graph_block_rows: int = Field(
-        65_536, gt=0,
+        65_536,
+        gt=0,
         description="full_graph and infer --mode exact: most rows fetched from a peer at once; a worker's memory grows "
         "with its partition plus one such block of layer inputs.",
     )
@@ -134,22 +148,30 @@ class TrainingSpec(_Section):
         "An undirected type's reverse direction samples with its own type's list.",
     )
     replace: bool = Field(
-        False, description="Sample neighbours with replacement. false (as in PyG): each hop draws up to k distinct "
+        False,
+        description="Sample neighbours with replacement. false (as in PyG): each hop draws up to k distinct "
         "neighbours per node (min(k, degree)), on local and remote partitions alike; true: k independent draws "
         "per node (GLT 0.2.4's own CPU sampler), so a node may repeat and fewer distinct neighbours are aggregated.",
     )
     learning_rate: float = Field(0.01, gt=0, description="Adam learning rate.")
     weight_decay: float = Field(5e-4, ge=0, description="Adam weight decay.")
     seed: int = Field(0, description="Seed of model initialisation and sampling: same config and world size, same result.")
-    early_stopping_patience: int | None = Field(10, gt=0, description="Stop after this many epochs without a better validation metric; null: never.")
+    early_stopping_patience: int | None = Field(
+        10, gt=0, description="Stop after this many epochs without a better validation metric; null: never."
+    )
     sampling: Literal["collocated", "multiprocess"] = Field(
         "collocated", description="Sample in the trainer process, or in separate GLT sampling subprocesses."
     )
     sampling_workers: int = Field(1, gt=0, description="multiprocess: sampling subprocesses per trainer.")
-    negative_ratio: float = Field(1.0, gt=0, description="Link prediction: random negative pairs per positive (negatives: random), "
-                                  "and other positives of the batch scored per positive (negatives: in_batch), rounded up.")
+    negative_ratio: float = Field(
+        1.0,
+        gt=0,
+        description="Link prediction: random negative pairs per positive (negatives: random), "
+        "and other positives of the batch scored per positive (negatives: in_batch), rounded up.",
+    )
     negatives: list[NegativeKind] = Field(
-        default_factory=lambda: list[NegativeKind](["random"]), min_length=1,
+        default_factory=lambda: list[NegativeKind](["random"]),
+        min_length=1,
         description="Link prediction, combinable: random (uniform destination pairs), hard (the negative_label table's pairs "
         "of each anchor), in_batch (each positive's anchor against the destinations of other positives in its batch).",
     )
@@ -160,7 +182,9 @@ class TrainingSpec(_Section):
         "GPU is visible; cpu: the CPU only (gloo), even where GPUs exist; auto: cuda where a GPU is visible, else cpu.",
     )
     gpu_feature_fraction: float = Field(
-        1.0, ge=0, le=1,
+        1.0,
+        ge=0,
+        le=1,
         description="On a GPU: share of each partition's node (and edge) feature rows GLT keeps in GPU memory; the rest "
         "stays in pinned host memory, which the GPU reads directly (zero-copy). Lower it when a partition's features do "
         "not fit the GPU beside the model and batches. Ignored on the CPU.",
@@ -178,13 +202,16 @@ class RetrievalSpec(_Section):
     target edge type, scored by the inner product of their embeddings (the dot decoder's logit)."""
 
     enabled: bool | None = Field(
-        None, description="Write candidates and the index; default (null): for link prediction with model.decoder dot "
-        "(an MLP decoder's score is not an inner product an index can search)."
+        None,
+        description="Write candidates and the index; default (null): for link prediction with model.decoder dot "
+        "(an MLP decoder's score is not an inner product an index can search).",
     )
     k: int = Field(10, gt=0, description="Candidates per source node (fewer only when the graph has fewer destinations).")
     exact_below: int = Field(
-        100_000, ge=0, description="Destination nodes below which candidates are found exactly (a flat index); "
-        "from there on with a faiss HNSW index per worker."
+        100_000,
+        ge=0,
+        description="Destination nodes below which candidates are found exactly (a flat index); "
+        "from there on with a faiss HNSW index per worker.",
     )
     hnsw_neighbors: int = Field(32, gt=1, description="HNSW: links per node (faiss M).")
     ef_construction: int = Field(200, gt=0, description="HNSW: candidate list size while building.")

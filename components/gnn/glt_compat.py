@@ -82,7 +82,7 @@ def install() -> None:
 
     async def sample_one_hop_or_nothing(self, srcs: torch.Tensor, num_nbr: int, etype):  # noqa: ANN001, ANN202
         if srcs.numel() == 0:
-            empty = torch.empty(0, dtype=torch.int64)
+            empty = torch.empty(0, dtype=torch.int64, device=srcs.device)  # on the sampler's device (CPU or GPU)
             return NeighborOutput(nbr=empty, nbr_num=empty, edge=empty if self.with_edge else None)
         return await sample_one_hop(self, srcs, num_nbr, etype)
 
@@ -106,11 +106,11 @@ def format_in_sampled_order(sample, edge_dir: str = "out"):
         unique, inverse = nodes.unique(return_inverse=True)
         if len(unique) == len(nodes):
             continue
-        positions = torch.arange(len(nodes))
-        first = torch.full((len(unique),), len(nodes), dtype=torch.int64).scatter_reduce(0, inverse, positions, "amin")
+        positions = torch.arange(len(nodes), device=nodes.device)
+        first = torch.full((len(unique),), len(nodes), dtype=torch.int64, device=nodes.device).scatter_reduce(0, inverse, positions, "amin")
         order = torch.argsort(first)
         place = torch.empty_like(order)
-        place[order] = torch.arange(len(order))
+        place[order] = torch.arange(len(order), device=nodes.device)
         renumber = place[inverse]  # old position → position in the de-duplicated list
         sample.node[node_type] = unique[order]
         for edge_type in list(sample.row):
@@ -150,7 +150,7 @@ def start_barriers_kept() -> Iterator[list]:
         kept.append(made)
         return made
 
-    spawn.Barrier = barrier
+    spawn.Barrier = barrier  # type: ignore[method-assign]  # restored in the finally below
     try:
         yield kept
     finally:

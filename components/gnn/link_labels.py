@@ -80,8 +80,11 @@ def _held_out_message_pairs(part: StoredPartition, world_size: int) -> dict[str,
 def training_edges(part: StoredPartition, schema: GraphSchema, world_size: int) -> dict[str, torch.Tensor]:
     """Edge mask per stored message type for the graph messages flow over (collective when the
     graph has a positive_label table): no validation or test positive carries messages."""
-    masks = {name: torch.ones(len(part.edges[name]["edge_id"]), dtype=torch.bool) for name in part.edges
-             if schema.edge_types.get(name) is None or schema.edge_types[name].role == "message"}
+    masks = {
+        name: torch.ones(len(part.edges[name]["edge_id"]), dtype=torch.bool)
+        for name in part.edges
+        if schema.edge_types.get(name) is None or schema.edge_types[name].role == "message"
+    }
     if schema.label_edge_type("positive_label") is None:
         for name in target_edge_names(schema):
             masks[name] = part.edges[name]["split"] == SPLIT_CODES["train"]

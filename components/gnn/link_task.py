@@ -16,13 +16,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from components.config import GnnflowConfig
-from components.partition.store import StoredPartition
-from components.runlog import progress
-from components.gnn.metrics import AUC_BINS, all_sum, histogram_auc, score_histogram
 from components.gnn.build import reverse_edge_type, target_edge_type
 from components.gnn.link_labels import hard_negative_pairs, positive_pairs
+from components.gnn.metrics import AUC_BINS, all_sum, histogram_auc, score_histogram
 from components.gnn.node_task import EpochResult
 from components.gnn.sampling import RemoteCounter, SamplingSetup, link_loader
+from components.partition.store import StoredPartition
+from components.runlog import progress
 
 
 def in_batch_negatives(pairs: torch.Tensor, label: torch.Tensor, rolls: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,8 +65,15 @@ class LinkTask:
             pairs = torch.cat([positives, hard], dim=1)
             labels = torch.cat([torch.full((positives.shape[1],), POSITIVE), torch.full((hard.shape[1],), GIVEN_NEGATIVE)])
             self.positive_counts[split] = positives.shape[1]
-            self.loaders[split] = link_loader(setup, dataset, edge_type, pairs, labels, shuffle=split == "train",
-                                              random_negatives=split != "train" or "random" in negatives)
+            self.loaders[split] = link_loader(
+                setup,
+                dataset,
+                edge_type,
+                pairs,
+                labels,
+                shuffle=split == "train",
+                random_negatives=split != "train" or "random" in negatives,
+            )
 
     def _labelled_pairs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """((2, m) batch-local [source; destination] pairs, (m,) 1/0 labels) of a GLT batch."""
@@ -98,8 +105,9 @@ class LinkTask:
         if bar is not None:
             bar.close()
         totals = all_sum(torch.tensor(stats, dtype=torch.float64))
-        return EpochResult(float(totals[0]) / max(float(totals[2]), 1.0), int(totals[1]), time.perf_counter() - start, {},
-                           remote.fraction())
+        return EpochResult(
+            float(totals[0]) / max(float(totals[2]), 1.0), int(totals[1]), time.perf_counter() - start, {}, remote.fraction()
+        )
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:

@@ -61,8 +61,14 @@ def _convolution(spec: ModelSpec, edge_dim: int) -> MessagePassing:
     hidden = spec.hidden_channels
     if spec.type == "gat":
         # No self-loops (they do not exist between two node types); the residual keeps a node's own state.
-        return GATv2Conv(hidden, hidden // spec.attention_heads, heads=spec.attention_heads, add_self_loops=False,
-                         edge_dim=edge_dim or None, residual=True)
+        return GATv2Conv(
+            hidden,
+            hidden // spec.attention_heads,
+            heads=spec.attention_heads,
+            add_self_loops=False,
+            edge_dim=edge_dim or None,
+            residual=True,
+        )
     if spec.type == "rgcn":
         return GraphConv(hidden, hidden, aggr=spec.aggregation)  # a weight per relation; summed over relations below
     return SAGEConv(hidden, hidden, aggr=spec.aggregation)
@@ -82,8 +88,9 @@ class HeteroEncoder(nn.Module):
         edge_dims: feature width of the edge types that have edge features (used by ``gat``).
     """
 
-    def __init__(self, inputs: dict[str, NodeInput], edge_types: list[EdgeType], spec: ModelSpec,
-                 edge_dims: dict[EdgeType, int] | None = None) -> None:
+    def __init__(
+        self, inputs: dict[str, NodeInput], edge_types: list[EdgeType], spec: ModelSpec, edge_dims: dict[EdgeType, int] | None = None
+    ) -> None:
         super().__init__()
         edge_dims = edge_dims or {}
         self.node_types, self.edge_types = list(inputs), list(edge_types)
@@ -94,8 +101,13 @@ class HeteroEncoder(nn.Module):
         )
         self.dropout = spec.dropout
 
-    def forward(self, x: dict[str, torch.Tensor], edge_index: dict[EdgeType, torch.Tensor], node: dict[str, torch.Tensor],
-                edge_attr: dict[EdgeType, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    def forward(
+        self,
+        x: dict[str, torch.Tensor],
+        edge_index: dict[EdgeType, torch.Tensor],
+        node: dict[str, torch.Tensor],
+        edge_attr: dict[EdgeType, torch.Tensor] | None = None,
+    ) -> dict[str, torch.Tensor]:
         """x[type]: (n_type, d_type); node[type]: (n_type,) partition ids; edge_attr[etype]: (e, d_e)
         → embeddings[type]: (n_type, hidden)."""
         h = {t: self.project[t](x[t]) if t in self.project else self.embedding[t](node[t]) for t in node}
@@ -116,12 +128,11 @@ class HeteroEncoder(nn.Module):
             return self(x, batch.edge_index_dict, {t: s.node for t, s in stores.items()}, edge_attr)
         (node_type,), (edge_type,) = self.node_types, self.edge_types
         x = {node_type: batch.x.to(torch.float32)} if node_type in self.project else {}
-        edge_attr = {edge_type: batch.edge_attr.to(torch.float32)} if batch.get("edge_attr") is not None else None
-        return self(x, {edge_type: batch.edge_index}, {node_type: batch.node}, edge_attr)
+        attr = {edge_type: batch.edge_attr.to(torch.float32)} if batch.get("edge_attr") is not None else None
+        return self(x, {edge_type: batch.edge_index}, {node_type: batch.node}, attr)
 
 
-def build_encoder(spec: ModelSpec, inputs: dict[str, NodeInput], edge_types: list[EdgeType],
-                  edge_dims: dict[EdgeType, int]) -> nn.Module:
+def build_encoder(spec: ModelSpec, inputs: dict[str, NodeInput], edge_types: list[EdgeType], edge_dims: dict[EdgeType, int]) -> nn.Module:
     """PyG's plain GraphSAGE or GCN stack where it fits (one featured node type, one edge type:
     full-graph training and exact inference rebuild it layer by layer), a ``HeteroEncoder`` otherwise."""
     (node_type, node), *others = inputs.items()

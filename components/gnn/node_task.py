@@ -13,11 +13,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from components.config import GnnflowConfig
+from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
+from components.gnn.sampling import RemoteCounter, SamplingSetup, node_loader
 from components.partition.dataset import NodeSplits
 from components.partition.store import StoredPartition
 from components.runlog import progress
-from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
-from components.gnn.sampling import RemoteCounter, SamplingSetup, node_loader
 
 
 @dataclass
@@ -50,7 +50,10 @@ class NodeTask:
         # would leave its peers waiting.
         self.loaders = {
             name: node_loader(
-                setup, dataset, seeds(getattr(splits, name)), shuffle=name == "train",
+                setup,
+                dataset,
+                seeds(getattr(splits, name)),
+                shuffle=name == "train",
                 batch_size=training.batch_size if name == "train" else training.eval_batch_size,
             )
             for name in ("train", "val", "test")
@@ -79,8 +82,7 @@ class NodeTask:
         totals = all_sum(torch.tensor([total_loss, batches], dtype=torch.float64))
         confusion = all_sum(confusion)
         count = int(confusion.sum())
-        return EpochResult(float(totals[0]) / max(count, 1), int(totals[1]), seconds, classification_metrics(confusion),
-                           remote.fraction())
+        return EpochResult(float(totals[0]) / max(count, 1), int(totals[1]), seconds, classification_metrics(confusion), remote.fraction())
 
     def _train_batches(self, model, optimizer, confusion, bar, stats: list, remote: RemoteCounter) -> None:
         for batch in self.loaders["train"]:

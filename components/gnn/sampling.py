@@ -39,8 +39,9 @@ class SamplingSetup:
     placement: Placement = CPU_PLACEMENT  # where sampling runs and batches arrive
 
     @staticmethod
-    def of(ctx: WorkerContext, config: GnnflowConfig, schema: GraphSchema, edge_dir: str,
-           placement: Placement = CPU_PLACEMENT) -> "SamplingSetup":
+    def of(
+        ctx: WorkerContext, config: GnnflowConfig, schema: GraphSchema, edge_dir: str, placement: Placement = CPU_PLACEMENT
+    ) -> SamplingSetup:
         """The setup for ``schema``'s graph: ``training.fan_outs`` resolved per stored edge type."""
         if schema.is_heterogeneous:
             fan_outs: list[int] | dict[EdgeType, list[int]] = {
@@ -91,8 +92,15 @@ class SamplingSetup:
         return int(port[0])
 
 
-def node_loader(setup: SamplingSetup, dataset, seeds: torch.Tensor | tuple[str, torch.Tensor], *, batch_size: int,
-                shuffle: bool, fan_outs: list[int] | dict[EdgeType, list[int]] | None = None):
+def node_loader(
+    setup: SamplingSetup,
+    dataset,
+    seeds: torch.Tensor | tuple[str, torch.Tensor],
+    *,
+    batch_size: int,
+    shuffle: bool,
+    fan_outs: list[int] | dict[EdgeType, list[int]] | None = None,
+):
     """Mini-batches of the sampled neighbourhoods of ``seeds`` (global ids owned by this worker)."""
     import graphlearn_torch as glt
 
@@ -100,15 +108,31 @@ def node_loader(setup: SamplingSetup, dataset, seeds: torch.Tensor | tuple[str, 
 
     with glt_compat.start_barriers_kept() as kept, distinct_sampling.replacement(setup.training.replace):
         loader = glt.distributed.DistNeighborLoader(
-            dataset, fan_outs or setup.fan_outs, seeds, batch_size=batch_size, shuffle=shuffle, with_edge=setup.with_edge,
-            collect_features=True, edge_dir=setup.edge_dir, random_seed=setup.training.seed + setup.ctx.rank,
-            to_device=setup.placement.device, worker_options=setup.worker_options(),
+            dataset,
+            fan_outs or setup.fan_outs,
+            seeds,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            with_edge=setup.with_edge,
+            collect_features=True,
+            edge_dir=setup.edge_dir,
+            random_seed=setup.training.seed + setup.ctx.rank,
+            to_device=setup.placement.device,
+            worker_options=setup.worker_options(),
         )
     return glt_compat.keep_with(loader, kept)
 
 
-def link_loader(setup: SamplingSetup, dataset, edge_type: str | None, pairs: torch.Tensor, labels: torch.Tensor, *,
-                shuffle: bool, random_negatives: bool):
+def link_loader(
+    setup: SamplingSetup,
+    dataset,
+    edge_type: str | None,
+    pairs: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    shuffle: bool,
+    random_negatives: bool,
+):
     """Mini-batches of labelled ``pairs`` (2, m) (``labels`` (m,): 1 positive, 0 given negative),
     plus, with ``random_negatives``, ``training.negative_ratio`` random pairs per pair labelled 0."""
     import graphlearn_torch as glt
@@ -119,10 +143,19 @@ def link_loader(setup: SamplingSetup, dataset, edge_type: str | None, pairs: tor
     negatives = glt.sampler.NegativeSampling("binary", setup.training.negative_ratio) if random_negatives else None
     with glt_compat.start_barriers_kept() as kept, distinct_sampling.replacement(setup.training.replace):
         loader = glt.distributed.DistLinkNeighborLoader(
-            dataset, setup.fan_outs, batch_size=setup.training.batch_size, edge_label_index=seeds, edge_label=labels,
-            with_edge=setup.with_edge, neg_sampling=negatives, shuffle=shuffle,
-            collect_features=True, edge_dir=setup.edge_dir, random_seed=setup.training.seed + setup.ctx.rank,
-            to_device=setup.placement.device, worker_options=setup.worker_options(),
+            dataset,
+            setup.fan_outs,
+            batch_size=setup.training.batch_size,
+            edge_label_index=seeds,
+            edge_label=labels,
+            with_edge=setup.with_edge,
+            neg_sampling=negatives,
+            shuffle=shuffle,
+            collect_features=True,
+            edge_dir=setup.edge_dir,
+            random_seed=setup.training.seed + setup.ctx.rank,
+            to_device=setup.placement.device,
+            worker_options=setup.worker_options(),
         )
     return glt_compat.keep_with(loader, kept)
 

@@ -24,8 +24,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", help="published train output (default: <output.root>/model)")
     parser.add_argument("--output", help="output URI (default: <output.root>/embeddings)")
     parser.add_argument("--world-size", type=int, help="number of workers; must equal the number of partitions")
-    parser.add_argument("--mode", choices=MODES, default="sampled",
-                        help="sampled: neighbour sampling with training.fan_outs; exact: full neighbourhoods, layer by layer (homogeneous graphs)")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="sampled",
+        help="sampled: neighbour sampling with training.fan_outs; exact: full neighbourhoods, layer by layer (homogeneous graphs)",
+    )
     args = parser.parse_args(argv)
     if args.world_size is not None and args.world_size < 1:
         parser.error("--world-size must be at least 1")
@@ -38,8 +42,13 @@ def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput | None:
     if args.world_size:
         config = config.model_copy(update={"resources": config.resources.model_copy(update={"world_size": args.world_size})})
     root = storage.parse_uri(config.output.root)
-    return infer(config, args.partitions or root.join("partitions"), args.model or root.join("model"),
-                 args.output or root.join("embeddings"), mode=args.mode)
+    return infer(
+        config,
+        args.partitions or root.join("partitions"),
+        args.model or root.join("model"),
+        args.output or root.join("embeddings"),
+        mode=args.mode,
+    )
 
 
 if __name__ == "__main__":

@@ -1,13 +1,19 @@
 """The KFP component of step infer: partitions and model in, embeddings (a Dataset) and test metrics out."""
 
 from kfp import dsl
-from kfp.dsl.python_component import PythonComponent
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
+from kfp.dsl.python_component import PythonComponent
 
 
 def infer(
-    config: str, overrides: str, replicas: int, mode: str,
-    partitions: Input[Dataset], model: Input[Model], embeddings: Output[Dataset], metrics: Output[Metrics],
+    config: str,
+    overrides: str,
+    replicas: int,
+    mode: str,
+    partitions: Input[Dataset],
+    model: Input[Model],
+    embeddings: Output[Dataset],
+    metrics: Output[Metrics],
 ) -> None:
     """Embeds (and classifies) every node into ``embeddings``; logs the test metrics recomputed from them.
 

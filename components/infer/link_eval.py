@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from components.collectives import all_max_int, request
-from components.partition.books import IdDirectory, hash_owner, range_ends, range_owner
 from components.gnn.metrics import AUC_BINS, all_sum, histogram_auc, score_histogram
+from components.partition.books import IdDirectory, hash_owner, range_ends, range_owner
 
 RANKING_NEGATIVES = 100  # random destinations ranked against each positive (MRR, hits@10)
 SCORE_CHUNK = 1024  # positives scored per round: bounds the (chunk * negatives, hidden) rows fetched
@@ -63,8 +63,16 @@ def _hard_of(anchors: torch.Tensor, hard: torch.Tensor) -> tuple[torch.Tensor, t
     return row, negative[lo[row] + torch.arange(len(row)) - starts]
 
 
-def link_metrics(model: nn.Module, src: OwnEmbeddings, dst: OwnEmbeddings, positives: torch.Tensor, edge_ids: torch.Tensor,
-                 seed: int, world_size: int, hard: torch.Tensor | None = None) -> dict[str, float]:
+def link_metrics(
+    model: nn.Module,
+    src: OwnEmbeddings,
+    dst: OwnEmbeddings,
+    positives: torch.Tensor,
+    edge_ids: torch.Tensor,
+    seed: int,
+    world_size: int,
+    hard: torch.Tensor | None = None,
+) -> dict[str, float]:
     """Test ROC-AUC (each positive against one random pair), MRR and hits@10 (against
     RANKING_NEGATIVES random destinations of its source, and its source's hard negatives), over
     every worker; collective. With hard negatives, also ``test_mrr_hard``: each positive ranked
@@ -92,31 +100,39 @@ def link_metrics(model: nn.Module, src: OwnEmbeddings, dst: OwnEmbeddings, posit
         z_src, z_pair_src = src.fetch(torch.cat([pos[0], pair_src]), world_size).split([c, c])
         hard_row, hard_dst = _hard_of(pos[0], hard)
         z_dst, z_pair_dst, z_ranked, z_hard = dst.fetch(torch.cat([pos[1], pair_dst, ranked, hard_dst]), world_size).split(
-            [c, c, c * RANKING_NEGATIVES, len(hard_dst)])
+            [c, c, c * RANKING_NEGATIVES, len(hard_dst)]
+        )
         positive = _scores(model, z_src, z_dst)
-        hard_wins = torch.bincount(hard_row, weights=(_scores(model, z_src[hard_row], z_hard) >= positive[hard_row]).to(torch.float64),
-                                   minlength=c)
+        hard_wins = torch.bincount(
+            hard_row, weights=(_scores(model, z_src[hard_row], z_hard) >= positive[hard_row]).to(torch.float64), minlength=c
+        )
         with_hard = torch.bincount(hard_row, minlength=c) > 0
         positive_hist += score_histogram(positive)
         negative_hist += score_histogram(_scores(model, z_pair_src, z_pair_dst))
         against = _scores(model, z_src.repeat_interleave(RANKING_NEGATIVES, 0), z_ranked).reshape(c, RANKING_NEGATIVES)
         rank = 1 + (against >= positive[:, None]).sum(dim=1).to(torch.float64) + hard_wins  # pessimistic on ties
         hard_rank = 1 + hard_wins[with_hard]
-        sums += torch.tensor([float((1 / rank).sum()), float((rank <= 10).sum()), c, float((1 / hard_rank).sum()), len(hard_rank)],
-                             dtype=torch.float64)
+        sums += torch.tensor(
+            [float((1 / rank).sum()), float((rank <= 10).sum()), c, float((1 / hard_rank).sum()), len(hard_rank)], dtype=torch.float64
+        )
     positive_hist, negative_hist, sums = all_sum(positive_hist), all_sum(negative_hist), all_sum(sums)
     count = int(sums[2])
     if count == 0:
         return {"test_roc_auc": float("nan"), "test_mrr": float("nan"), "test_hits@10": float("nan"), "test_count": 0}
-    metrics = {"test_roc_auc": histogram_auc(positive_hist, negative_hist), "test_mrr": float(sums[0] / count),
-               "test_hits@10": float(sums[1] / count), "test_count": count}
+    metrics = {
+        "test_roc_auc": histogram_auc(positive_hist, negative_hist),
+        "test_mrr": float(sums[0] / count),
+        "test_hits@10": float(sums[1] / count),
+        "test_count": count,
+    }
     if int(sums[4]):
         metrics |= {"test_mrr_hard": float(sums[3] / sums[4]), "test_hard_count": int(sums[4])}
     return metrics
 
 
-def own_embeddings(rows: torch.Tensor, counts: list[int], index: int, source_ids: torch.Tensor, partition_ids: torch.Tensor,
-                   world_size: int) -> OwnEmbeddings:
+def own_embeddings(
+    rows: torch.Tensor, counts: list[int], index: int, source_ids: torch.Tensor, partition_ids: torch.Tensor, world_size: int
+) -> OwnEmbeddings:
     """Builds one type's :class:`OwnEmbeddings` (collective: the directory is built here)."""
     ends = range_ends(counts)
     offset = int(ends[index - 1]) if index else 0

@@ -9,12 +9,13 @@ import pyarrow as pa
 import torch
 
 from components.errors import GnnflowError
-from components.schema import NO_LABEL, SPLIT_CODES
 from components.gnn.metrics import confusion_matrix
+from components.schema import NO_LABEL, SPLIT_CODES
 
 
-def shard_confusion(table: pa.Table, rows: torch.Tensor, labels: torch.Tensor, splits: torch.Tensor,
-                    vocabulary: list[str], where: str) -> torch.Tensor:
+def shard_confusion(
+    table: pa.Table, rows: torch.Tensor, labels: torch.Tensor, splits: torch.Tensor, vocabulary: list[str], where: str
+) -> torch.Tensor:
     """(classes, classes) confusion of one shard's test nodes.
 
     table: the shard read back (prediction); rows: (n,) position of each shard row among the

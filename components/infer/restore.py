@@ -50,7 +50,9 @@ def read_spec(model: storage.PublishedOutput, schema: GraphSchema) -> tuple[dict
         )
     if heterogeneous != schema.is_heterogeneous:
         kinds = {True: "heterogeneous", False: "homogeneous"}
-        raise GnnflowError(f"{model.root} was trained on a {kinds[heterogeneous]} graph, the partitions hold a {kinds[schema.is_heterogeneous]} one")
+        raise GnnflowError(
+            f"{model.root} was trained on a {kinds[heterogeneous]} graph, the partitions hold a {kinds[schema.is_heterogeneous]} one"
+        )
     return raw, spec
 
 

@@ -113,8 +113,9 @@ def _merge(scores: torch.Tensor, ids: torch.Tensor, query_ids: torch.Tensor | No
     return scores.gather(1, best), ids.gather(1, best)
 
 
-def search_everywhere(index, sources: OwnNodes, destinations: OwnNodes, k: int, same_type: bool, spec: RetrievalSpec,
-                      world_size: int) -> Candidates:
+def search_everywhere(
+    index, sources: OwnNodes, destinations: OwnNodes, k: int, same_type: bool, spec: RetrievalSpec, world_size: int
+) -> Candidates:
     """Every own source's top-k destinations over all workers' indexes; collective."""
     depth = k + int(same_type)  # the query may find itself
     sampled = hash_owner(sources.ids, max(1, round(1 / spec.recall_sample_fraction)), spec.seed) == 0
@@ -136,7 +137,7 @@ def search_everywhere(index, sources: OwnNodes, destinations: OwnNodes, k: int, 
         # Received grouped by answering worker: (P, b, depth) → (b, P * depth).
         b = len(queries)
 
-        def per_query(t: torch.Tensor) -> torch.Tensor:
+        def per_query(t: torch.Tensor, b: int = b) -> torch.Tensor:
             return t.reshape(-1, b, depth).transpose(0, 1).reshape(b, -1)
 
         query_ids = sources.ids[block] if same_type else None
@@ -149,23 +150,37 @@ def search_everywhere(index, sources: OwnNodes, destinations: OwnNodes, k: int, 
         out_scores.append(top_scores)
         out_ids.append(top_ids)
     empty = torch.zeros((0, k))
-    return Candidates(torch.cat(out_ids) if out_ids else empty.to(torch.int64), torch.cat(out_scores) if out_scores else empty,
-                      all_sum_int(hits), all_sum_int(total))
+    return Candidates(
+        torch.cat(out_ids) if out_ids else empty.to(torch.int64),
+        torch.cat(out_scores) if out_scores else empty,
+        all_sum_int(hits),
+        all_sum_int(total),
+    )
 
 
 def candidate_table(sources: OwnNodes, candidates: Candidates, destination_originals: pa.Array) -> pa.Table:
     """One row per (source, candidate): node_id, candidate_id (original ids), score, rank (1..k)."""
     n, k = candidates.ids.shape
-    return pa.table({
-        "node_id": sources.originals.take(pa.array(np.repeat(np.arange(n), k))),
-        "candidate_id": destination_originals,
-        "score": pa.array(candidates.scores.reshape(-1).numpy().astype(np.float32)),
-        "rank": pa.array(np.tile(np.arange(1, k + 1, dtype=np.int32), n)),
-    })
+    return pa.table(
+        {
+            "node_id": sources.originals.take(pa.array(np.repeat(np.arange(n), k))),
+            "candidate_id": destination_originals,
+            "score": pa.array(candidates.scores.reshape(-1).numpy().astype(np.float32)),
+            "rank": pa.array(np.tile(np.arange(1, k + 1, dtype=np.int32), n)),
+        }
+    )
 
 
-def write_retrieval(staging: storage.OutputStaging, rank: int, sources: OwnNodes, destinations: OwnNodes,
-                    destination_counts: list[int], spec: RetrievalSpec, same_type: bool, world_size: int) -> dict:
+def write_retrieval(
+    staging: storage.OutputStaging,
+    rank: int,
+    sources: OwnNodes,
+    destinations: OwnNodes,
+    destination_counts: list[int],
+    spec: RetrievalSpec,
+    same_type: bool,
+    world_size: int,
+) -> dict:
     """Builds this worker's index, searches, writes its candidate shard and index shard;
     returns the summed retrieval figures (collective)."""
     import faiss
@@ -181,8 +196,9 @@ def write_retrieval(staging: storage.OutputStaging, rank: int, sources: OwnNodes
     flat = candidates.ids.reshape(-1)
     if bool((flat == NO_CANDIDATE).any()):
         raise RuntimeError(f"rank {rank}: a source got fewer than {k} candidates from {total_destinations} destinations")
-    originals = request_strings(flat, range_owner(flat, ends), world_size,
-                                lambda asked: destinations.originals.take(pa.array((asked - offset).numpy())))
+    originals = request_strings(
+        flat, range_owner(flat, ends), world_size, lambda asked: destinations.originals.take(pa.array((asked - offset).numpy()))
+    )
     buffer = io.BytesIO()
     pq.write_table(candidate_table(sources, candidates, originals), buffer)
     staging.write_bytes(f"{CANDIDATES_DIR}/part-{rank:05d}.parquet", buffer.getvalue())
@@ -191,8 +207,19 @@ def write_retrieval(staging: storage.OutputStaging, rank: int, sources: OwnNodes
     pq.write_table(pa.table({"row": pa.array(np.arange(len(destinations.ids), dtype=np.int64)), "node_id": destinations.originals}), ids)
     staging.write_bytes(f"{INDEX_DIR}/part-{rank:05d}.ids.parquet", ids.getvalue())
     seconds = time.perf_counter() - start
-    log.info("rank %d: retrieval: top-%d of %d sources over %d destinations (%s index) in %.1fs (%s)", rank, k,
-             len(sources.ids), total_destinations, "exact" if exact else "HNSW", seconds, rate(len(sources.ids), seconds))
-    return {"retrieval_k": k, "retrieval_index": "flat" if exact else "hnsw",
-            f"test_ann_recall@{k}_vs_exact": candidates.exact_hits / max(candidates.exact_total, 1),
-            "retrieval_recall_checked": candidates.exact_total}
+    log.info(
+        "rank %d: retrieval: top-%d of %d sources over %d destinations (%s index) in %.1fs (%s)",
+        rank,
+        k,
+        len(sources.ids),
+        total_destinations,
+        "exact" if exact else "HNSW",
+        seconds,
+        rate(len(sources.ids), seconds),
+    )
+    return {
+        "retrieval_k": k,
+        "retrieval_index": "flat" if exact else "hnsw",
+        f"test_ann_recall@{k}_vs_exact": candidates.exact_hits / max(candidates.exact_total, 1),
+        "retrieval_recall_checked": candidates.exact_total,
+    }

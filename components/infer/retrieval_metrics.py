@@ -28,23 +28,42 @@ def candidate_ranks(candidates: pd.DataFrame, sources: np.ndarray, destinations:
     return found["rank"].fillna(0).to_numpy(dtype=np.int64)
 
 
-def retrieval_metrics(staging: storage.OutputStaging, rank: int, test_pairs: torch.Tensor, node_counts: dict[str, list[int]],
-                      originals: dict[str, np.ndarray], src_type: str, dst_type: str, k: int, world_size: int) -> dict[str, float]:
+def retrieval_metrics(
+    staging: storage.OutputStaging,
+    rank: int,
+    test_pairs: torch.Tensor,
+    node_counts: dict[str, list[int]],
+    originals: dict[str, np.ndarray],
+    src_type: str,
+    dst_type: str,
+    k: int,
+    world_size: int,
+) -> dict[str, float]:
     """recall@k (per source with test edges, averaged), hits@k and MRR@k (per test edge) of the
     test pairs (2, m) [source; destination] partition ids this worker holds; collective."""
     src_ends, dst_ends = range_ends(node_counts[src_type]), range_ends(node_counts[dst_type])
     moved = exchange({"src": test_pairs[0], "dst": test_pairs[1]}, range_owner(test_pairs[0], src_ends), world_size)
     dst_offset = int(dst_ends[rank - 1]) if rank else 0
-    dst_originals = request_strings(moved["dst"], range_owner(moved["dst"], dst_ends), world_size,
-                                    lambda asked: pa.array(originals[dst_type][(asked - dst_offset).numpy()], pa.string()))
+    dst_originals = request_strings(
+        moved["dst"],
+        range_owner(moved["dst"], dst_ends),
+        world_size,
+        lambda asked: pa.array(originals[dst_type][(asked - dst_offset).numpy()], pa.string()),
+    )
     src_offset = int(src_ends[rank - 1]) if rank else 0
     src_originals = originals[src_type][(moved["src"] - src_offset).numpy()].astype(str)
     table = read_shard(staging, f"{CANDIDATES_DIR}/part-{rank:05d}.parquet", ["node_id", "candidate_id", "rank"]).to_pandas()
     ranks = candidate_ranks(table, src_originals, np.asarray(dst_originals.to_pylist(), dtype=object))
     found = ranks > 0
     per_source = pd.DataFrame({"src": src_originals, "found": found}).groupby("src")["found"].mean()
-    sums = torch.tensor([float(found.sum()), float((1.0 / ranks[found]).sum()), float(len(ranks)), float(per_source.sum()),
-                         float(len(per_source))], dtype=torch.float64)
+    sums = torch.tensor(
+        [float(found.sum()), float((1.0 / ranks[found]).sum()), float(len(ranks)), float(per_source.sum()), float(len(per_source))],
+        dtype=torch.float64,
+    )
     hits, reciprocal, edges, recall, sources = all_sum(sums).tolist()
-    return {f"test_retrieval_recall@{k}": recall / max(sources, 1.0), f"test_retrieval_hits@{k}": hits / max(edges, 1.0),
-            f"test_retrieval_mrr@{k}": reciprocal / max(edges, 1.0), "test_retrieval_count": int(edges)}
+    return {
+        f"test_retrieval_recall@{k}": recall / max(sources, 1.0),
+        f"test_retrieval_hits@{k}": hits / max(edges, 1.0),
+        f"test_retrieval_mrr@{k}": reciprocal / max(edges, 1.0),
+        "test_retrieval_count": int(edges),
+    }

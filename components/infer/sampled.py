@@ -10,13 +10,13 @@ from collections.abc import Iterable
 
 import torch
 
+from components.gnn.sampling import SamplingSetup, node_loader
 from components.infer.outputs import NodeOutputs, class_probabilities, concat_outputs
 from components.infer.restore import RestoredModel
 from components.partition.dataset import edge_type_tuple
 from components.partition.partitioner import stored_edge_types
 from components.partition.store import StoredPartition
 from components.runlog import rate
-from components.gnn.sampling import SamplingSetup, node_loader
 
 log = logging.getLogger("gnnflow.infer")
 
@@ -66,8 +66,13 @@ def sampled_outputs(setup: SamplingSetup, dataset, part: StoredPartition, model:
             embeddings = _without_neighbours(module, part, node_type, setup.placement.device)
             probabilities = class_probabilities(module, embeddings) if with_probabilities else None
             results[node_type] = NodeOutputs(own.clone(), *setup.placement.to_host((embeddings, probabilities)))
-            log.info("rank %d: %s: %d nodes embedded from their own features (no edges to sample in direction %r)",
-                     setup.ctx.rank, node_type, len(own), setup.edge_dir)
+            log.info(
+                "rank %d: %s: %d nodes embedded from their own features (no edges to sample in direction %r)",
+                setup.ctx.rank,
+                node_type,
+                len(own),
+                setup.edge_dir,
+            )
             continue
         seeds = own if len(own) else torch.zeros(1, dtype=torch.int64)
         loader = node_loader(setup, dataset, (node_type, seeds) if hetero else seeds, batch_size=batch_size, shuffle=False)
@@ -79,7 +84,13 @@ def sampled_outputs(setup: SamplingSetup, dataset, part: StoredPartition, model:
         loader.shutdown()
         out = concat_outputs(pieces if len(own) else [], model.spec.hidden_channels, with_probabilities, num_classes)
         seconds = time.perf_counter() - start
-        log.info("rank %d: %s: %d nodes embedded by sampling in %.1fs (%s)", setup.ctx.rank, node_type, len(out.node_ids),
-                 seconds, rate(len(out.node_ids), seconds))
+        log.info(
+            "rank %d: %s: %d nodes embedded by sampling in %.1fs (%s)",
+            setup.ctx.rank,
+            node_type,
+            len(out.node_ids),
+            seconds,
+            rate(len(out.node_ids), seconds),
+        )
         results[node_type] = out
     return results

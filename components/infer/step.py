@@ -31,22 +31,22 @@ import torch.distributed as dist
 from components import storage
 from components.config import GnnflowConfig
 from components.errors import GnnflowError
+from components.gnn.device import Placement, check_device, worker_placement
+from components.gnn.link_labels import hard_negative_pairs, positive_pairs, training_edges
+from components.gnn.metrics import all_sum, classification_metrics
 from components.infer import shards
 from components.infer.layerwise import check_encoder, exact_outputs
 from components.infer.link_eval import link_metrics, own_embeddings
 from components.infer.metrics import shard_confusion
-from components.infer.shards import embedding_matrix
 from components.infer.outputs import NodeOutputs
+from components.infer.restore import RestoredModel, model_config, restore_model
 from components.infer.retrieval import OwnNodes, write_retrieval
 from components.infer.retrieval_metrics import retrieval_metrics
-from components.infer.restore import RestoredModel, model_config, restore_model
+from components.infer.shards import embedding_matrix
 from components.launcher import WorkerContext, launch_staged
 from components.partition.step import STEP as PARTITION_STEP
 from components.partition.store import StoredPartition, read_metadata, read_original_ids, read_partition
 from components.train.step import STEP as TRAIN_STEP
-from components.gnn.device import Placement, check_device, worker_placement
-from components.gnn.link_labels import hard_negative_pairs, positive_pairs, training_edges
-from components.gnn.metrics import all_sum, classification_metrics
 
 log = logging.getLogger("gnnflow.infer")
 
@@ -78,13 +78,14 @@ def message_edges(part: StoredPartition, world_size: int) -> dict[str, torch.Ten
     return training_edges(part, schema, world_size)
 
 
-def _sampled(ctx: WorkerContext, job: InferJob, part: StoredPartition, model: RestoredModel,
-             placement: Placement) -> dict[str, NodeOutputs]:
+def _sampled(
+    ctx: WorkerContext, job: InferJob, part: StoredPartition, model: RestoredModel, placement: Placement
+) -> dict[str, NodeOutputs]:
     import graphlearn_torch as glt
 
+    from components.gnn.sampling import RPC_THREADS, SamplingSetup
     from components.infer.sampled import sampled_outputs
     from components.partition.dataset import to_dist_dataset
-    from components.gnn.sampling import RPC_THREADS, SamplingSetup
 
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     dataset = to_dist_dataset(part, edge_filter=message_edges(part, ctx.world_size), placement=placement)
@@ -123,8 +124,9 @@ def _classification_metrics(staging: storage.OutputStaging, part: StoredPartitio
     return {"test_accuracy": metrics["accuracy"], "test_macro_f1": metrics["macro_f1"], "test_count": metrics["count"]}
 
 
-def _link_metrics(staging: storage.OutputStaging, part: StoredPartition, originals: dict, model: RestoredModel,
-                  ctx: WorkerContext, seed: int) -> dict[str, float]:
+def _link_metrics(
+    staging: storage.OutputStaging, part: StoredPartition, originals: dict, model: RestoredModel, ctx: WorkerContext, seed: int
+) -> dict[str, float]:
     """Every worker reads its own endpoint shards back and scores its own test edges, fetching
     other partitions' embeddings from their owners (see :mod:`.link_eval`)."""
     schema = part.metadata.schema
@@ -136,30 +138,66 @@ def _link_metrics(staging: storage.OutputStaging, part: StoredPartition, origina
         own = torch.empty_like(z)
         own[rows] = z
         nodes = part.nodes[node_type]
-        embeddings[node_type] = own_embeddings(own, part.metadata.node_counts[node_type], part.index, nodes["source_id"],
-                                               nodes["node_id"], ctx.world_size)
+        embeddings[node_type] = own_embeddings(
+            own, part.metadata.node_counts[node_type], part.index, nodes["source_id"], nodes["node_id"], ctx.world_size
+        )
     positives, edge_ids = positive_pairs(part, "test")
-    return link_metrics(model.module, embeddings[edge.src_type], embeddings[edge.dst_type], positives, edge_ids, seed,
-                        ctx.world_size, hard_negative_pairs(part, "test"))
+    return link_metrics(
+        model.module,
+        embeddings[edge.src_type],
+        embeddings[edge.dst_type],
+        positives,
+        edge_ids,
+        seed,
+        ctx.world_size,
+        hard_negative_pairs(part, "test"),
+    )
 
 
-def _retrieval(staging: storage.OutputStaging, part: StoredPartition, outputs: dict[str, NodeOutputs], originals: dict,
-               ctx: WorkerContext, config: GnnflowConfig) -> dict:
+def _retrieval(
+    staging: storage.OutputStaging,
+    part: StoredPartition,
+    outputs: dict[str, NodeOutputs],
+    originals: dict,
+    ctx: WorkerContext,
+    config: GnnflowConfig,
+) -> dict:
     """Writes this worker's candidates and index shard, then scores them from the files (collective)."""
     schema = part.metadata.schema
     edge = schema.edge_types[schema.target]
 
     def own(node_type: str) -> OwnNodes:
         out = outputs[node_type]
-        return OwnNodes(out.node_ids, out.embeddings, pa.array(originals[node_type][(out.node_ids - part.node_offset(node_type)).numpy()], pa.string()))
+        return OwnNodes(
+            out.node_ids, out.embeddings, pa.array(originals[node_type][(out.node_ids - part.node_offset(node_type)).numpy()], pa.string())
+        )
 
-    figures = write_retrieval(staging, ctx.rank, own(edge.src_type), own(edge.dst_type), part.metadata.node_counts[edge.dst_type],
-                              config.retrieval, edge.src_type == edge.dst_type, ctx.world_size)
-    return figures | retrieval_metrics(staging, ctx.rank, positive_pairs(part, "test")[0], part.metadata.node_counts, originals, edge.src_type,
-                                       edge.dst_type, figures["retrieval_k"], ctx.world_size)
+    figures = write_retrieval(
+        staging,
+        ctx.rank,
+        own(edge.src_type),
+        own(edge.dst_type),
+        part.metadata.node_counts[edge.dst_type],
+        config.retrieval,
+        edge.src_type == edge.dst_type,
+        ctx.world_size,
+    )
+    return figures | retrieval_metrics(
+        staging,
+        ctx.rank,
+        positive_pairs(part, "test")[0],
+        part.metadata.node_counts,
+        originals,
+        edge.src_type,
+        edge.dst_type,
+        figures["retrieval_k"],
+        ctx.world_size,
+    )
 
 
-def _write_shards(staging: storage.OutputStaging, part: StoredPartition, outputs: dict[str, NodeOutputs], originals: dict, rank: int) -> None:
+def _write_shards(
+    staging: storage.OutputStaging, part: StoredPartition, outputs: dict[str, NodeOutputs], originals: dict, rank: int
+) -> None:
     schema = part.metadata.schema
     for node_type, out in outputs.items():
         node = schema.node_types[node_type]
@@ -192,8 +230,14 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     model.module.to(placement.device)
     if job.mode == "exact":
         keep = message_edges(part, ctx.world_size)
-        outputs = exact_outputs(part, model, ctx.rank, keep[schema.target] if keep else None, device=placement.device,
-                                block_rows=job.config.training.full_graph_block_rows)
+        outputs = exact_outputs(
+            part,
+            model,
+            ctx.rank,
+            keep[schema.target] if keep else None,
+            device=placement.device,
+            block_rows=job.config.training.full_graph_block_rows,
+        )
     else:
         outputs = _sampled(ctx, job, part, model, placement)
     model.module.cpu()  # the outputs are on the host; the link metrics below score host embeddings
@@ -212,7 +256,7 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     if ctx.rank != 0:
         dist.barrier()  # nobody leaves while rank 0 may still talk to it
         return None
-    metrics = {"mode": job.mode, **(metrics or {})}
+    metrics = {"mode": job.mode, **(metrics or {})}  # type: ignore[dict-item]  # mode beside the floats
     staging.write_json("metrics.json", metrics)
     staging.write_bytes("config.resolved.yaml", job.config.to_yaml().encode())
     for entries, _, _ in gathered:
@@ -229,8 +273,9 @@ def _open(uri: storage.Uri | str, step: str, what: str) -> storage.PublishedOutp
         raise GnnflowError(f"{what}: {exc}") from None
 
 
-def infer(config: GnnflowConfig, partitions_uri: storage.Uri | str, model_uri: storage.Uri | str, output: storage.Uri | str,
-          mode: str = "sampled") -> storage.PublishedOutput | None:
+def infer(
+    config: GnnflowConfig, partitions_uri: storage.Uri | str, model_uri: storage.Uri | str, output: storage.Uri | str, mode: str = "sampled"
+) -> storage.PublishedOutput | None:
     """Runs the step; returns the published output (None on cluster replicas other than the first)."""
     if mode not in MODES:
         raise GnnflowError(f"unknown inference mode {mode!r}: choose one of {', '.join(MODES)}")
@@ -242,11 +287,15 @@ def infer(config: GnnflowConfig, partitions_uri: storage.Uri | str, model_uri: s
     schema = metadata.schema
     world_size = config.resources.world_size
     if world_size != metadata.num_partitions:
-        raise GnnflowError(f"world size {world_size} does not match the {metadata.num_partitions} partitions of {partitions.root}: "
-                           f"infer runs one worker per partition (set resources.world_size or --world-size to {metadata.num_partitions})")
+        raise GnnflowError(
+            f"world size {world_size} does not match the {metadata.num_partitions} partitions of {partitions.root}: "
+            f"infer runs one worker per partition (set resources.world_size or --world-size to {metadata.num_partitions})"
+        )
     if mode == "exact" and schema.is_heterogeneous:
-        raise GnnflowError(f"--mode exact supports homogeneous graphs; {partitions.root} holds {len(schema.node_types)} node types "
-                           f"and {len(schema.message_edge_types)} edge types: use --mode sampled")
+        raise GnnflowError(
+            f"--mode exact supports homogeneous graphs; {partitions.root} holds {len(schema.node_types)} node types "
+            f"and {len(schema.message_edge_types)} edge types: use --mode sampled"
+        )
     check_device(config.training)
     restored = restore_model(model_output, schema, config, "out" if metadata.edge_assignment == "src" else "in")
     if mode == "exact":
@@ -254,15 +303,19 @@ def infer(config: GnnflowConfig, partitions_uri: storage.Uri | str, model_uri: s
     fan_outs = config.training.fan_outs
     lengths = {len(v) for v in (fan_outs.values() if isinstance(fan_outs, dict) else [fan_outs])}
     if mode == "sampled" and lengths != {restored.spec.num_layers}:
-        raise GnnflowError(f"training.fan_outs has {'/'.join(map(str, sorted(lengths)))} entries, the model has {restored.spec.num_layers} "
-                           "layers: give one fan-out per layer")
+        raise GnnflowError(
+            f"training.fan_outs has {'/'.join(map(str, sorted(lengths)))} entries, the model has {restored.spec.num_layers} "
+            "layers: give one fan-out per layer"
+        )
     if restored.spec != config.model:
         log.warning("the config's model section differs from the one %s was trained with; using the trained one", model_output.root)
     staging = storage.OutputStaging(output, STEP)
     job = InferJob(str(partitions.root), str(model_output.root), str(output), staging.generation, model_config(config, restored.spec), mode)
     log.info("infer: %s with %s → %s, %d worker(s), %s mode", partitions.root, model_output.root, output, world_size, mode)
     start = time.perf_counter()
-    result = launch_staged(staging, infer_worker, (job,), world_size=world_size, processes_per_replica=config.resources.processes_per_replica)
+    result = launch_staged(
+        staging, infer_worker, (job,), world_size=world_size, processes_per_replica=config.resources.processes_per_replica
+    )
     if result is None:
         return None
     staging.add_entries(result["entries"])
@@ -270,8 +323,14 @@ def infer(config: GnnflowConfig, partitions_uri: storage.Uri | str, model_uri: s
     metadata_out = {"partitions": str(partitions.root), "model": str(model_output.root), "mode": mode, "metrics": metrics}
     published = staging.publish(counts={**counts, "workers": world_size}, metadata=metadata_out)
     total = sum(counts.values())
-    log.info("infer: %d nodes embedded in %.1fs (%.0f nodes/s, slowest worker) out of %.1fs in all; published %s (shards in %s)",
-             total, result["seconds"], total / max(result["seconds"], 1e-9), time.perf_counter() - start, output,
-             published.root.join(published.manifest.generation, shards.EMBEDDINGS_FOLDER))
+    log.info(
+        "infer: %d nodes embedded in %.1fs (%.0f nodes/s, slowest worker) out of %.1fs in all; published %s (shards in %s)",
+        total,
+        result["seconds"],
+        total / max(result["seconds"], 1e-9),
+        time.perf_counter() - start,
+        output,
+        published.root.join(published.manifest.generation, shards.EMBEDDINGS_FOLDER),
+    )
     log.info("infer: %s", ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()))
     return published

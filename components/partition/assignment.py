@@ -70,8 +70,9 @@ def _uniform(ids: torch.Tensor, seed: int, round_index: int) -> torch.Tensor:
     return hash_owner(ids, 1 << 30, seed * 7919 + round_index + 1).to(torch.float64) / (1 << 30)
 
 
-def _best_partitions(rows: torch.Tensor, votes: torch.Tensor, current: torch.Tensor, world_size: int
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _best_partitions(
+    rows: torch.Tensor, votes: torch.Tensor, current: torch.Tensor, world_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """For the voted rows: (rows (u,), most-voted partition (u,), its votes minus the votes for
     the current partition (u,)). Ties go to the current partition, then the lowest index."""
     key = rows * world_size + votes
@@ -89,8 +90,9 @@ def _best_partitions(rows: torch.Tensor, votes: torch.Tensor, current: torch.Ten
     return row[best], partition[best], counts[best] - current_votes[row[best]]
 
 
-def propagated_assignment(graph: LoadedGraph, metadata: GraphSchema, world_size: int, seed: int, rounds: int,
-                          balance_slack: float) -> dict[str, torch.Tensor]:
+def propagated_assignment(
+    graph: LoadedGraph, metadata: GraphSchema, world_size: int, seed: int, rounds: int, balance_slack: float
+) -> dict[str, torch.Tensor]:
     """(n,) partition of each loaded node, per type (as :func:`hash_assignment`), refined by
     ``rounds`` rounds of balanced label propagation; collective."""
     homes = _Homes(graph, world_size, seed)
@@ -109,7 +111,10 @@ def propagated_assignment(graph: LoadedGraph, metadata: GraphSchema, world_size:
             choices[edge.dst_type].append(src_part)
         moved = 0
         for node_type in metadata.node_types:
-            ids, votes = torch.cat(voters[node_type] or [torch.zeros(0, dtype=torch.int64)]), torch.cat(choices[node_type] or [torch.zeros(0, dtype=torch.int64)])
+            ids, votes = (
+                torch.cat(voters[node_type] or [torch.zeros(0, dtype=torch.int64)]),
+                torch.cat(choices[node_type] or [torch.zeros(0, dtype=torch.int64)]),
+            )
             at_home = exchange({"id": ids, "vote": votes}, homes.home(ids), world_size)
             current = homes.part[node_type]
             rows, best, gain = _best_partitions(homes.rows(node_type, at_home["id"]), at_home["vote"], current, world_size)
@@ -127,8 +132,13 @@ def propagated_assignment(graph: LoadedGraph, metadata: GraphSchema, world_size:
         total_edges = sum(e.count for e in metadata.message_edge_types.values())
         cut = all_sum_int(cut)
         if dist.get_rank() == 0:
-            log.info("label propagation round %d/%d: %.1f%% of edges cut before it, %d node(s) moved", r + 1, rounds,
-                     100 * cut / max(total_edges, 1), moved)
+            log.info(
+                "label propagation round %d/%d: %.1f%% of edges cut before it, %d node(s) moved",
+                r + 1,
+                rounds,
+                100 * cut / max(total_edges, 1),
+                moved,
+            )
         if moved == 0:
             break
     return {t: homes.lookup(t, v["node_id"]) for t, v in graph.nodes.items()}

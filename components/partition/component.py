@@ -1,8 +1,8 @@
 """The KFP component of step partition: TFRecords in, one graph partition per worker (a Dataset) out."""
 
 from kfp import dsl
-from kfp.dsl.python_component import PythonComponent
 from kfp.dsl import Dataset, Input, Output
+from kfp.dsl.python_component import PythonComponent
 
 
 def partition(config: str, overrides: str, replicas: int, tfrecords: Input[Dataset], partitions: Output[Dataset]) -> None:

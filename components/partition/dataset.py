@@ -35,8 +35,7 @@ def node_splits(part: StoredPartition) -> NodeSplits:
     return NodeSplits(pick(SPLIT_CODES["train"]), pick(SPLIT_CODES["val"]), pick(SPLIT_CODES["test"]))
 
 
-def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tensor] | None = None,
-                    placement: Placement = CPU_PLACEMENT):
+def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tensor] | None = None, placement: Placement = CPU_PLACEMENT):
     """Builds a ``graphlearn_torch.distributed.DistDataset`` from partition ``part.index``.
 
     Homogeneous graphs (one node type, one edge type) use GLT's plain-tensor form, others its
@@ -63,16 +62,20 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
         edge_ids[edge_type_tuple(name)] = tensors["edge_id"] if keep is None else tensors["edge_id"][keep]
     node_pb = {t: RangeBook(range_ends(c), part.index) for t, c in meta.node_counts.items()}
     # Only edge features are looked up by edge id across partitions: types without them get no book.
-    edge_pb = {edge_type_tuple(t): RangeBook(range_ends(meta.edge_counts[t]), part.index) for t in messages
-               if part.edges[t]["features"].shape[1]}
+    edge_pb = {
+        edge_type_tuple(t): RangeBook(range_ends(meta.edge_counts[t]), part.index) for t in messages if part.edges[t]["features"].shape[1]
+    }
     features = {t: v["features"] for t, v in part.nodes.items()}
     id2idx = {t: node_pb[t].id2index for t in part.nodes}
     # Labels are fetched like features (from their owner), which needs a 2-D (n, 1) tensor;
     # batches then carry y of shape (batch nodes, 1).
     # GLT's heterogeneous sampler fetches the labels of a loader's seed type and fails on a type
     # without any (link prediction seeds by edge, inference every type): those get -1 placeholders.
-    labels = {t: (v["label"] if "label" in v else torch.full((len(v["node_id"]),), -1, dtype=torch.int64)).reshape(-1, 1)
-              for t, v in part.nodes.items() if "label" in v or hetero}
+    labels = {
+        t: (v["label"] if "label" in v else torch.full((len(v["node_id"]),), -1, dtype=torch.int64)).reshape(-1, 1)
+        for t, v in part.nodes.items()
+        if "label" in v or hetero
+    }
     splits = node_splits(part)
 
     def plain(d: dict):  # the homogeneous form is the single value
@@ -85,17 +88,16 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
         edge_pb=(plain(edge_pb) if edge_pb else None),  # no edge features, no edge book (GLT accepts None)
         edge_dir="out" if meta.edge_assignment == "src" else "in",
     )
-    dataset.init_graph(edge_index=plain(edge_index), edge_ids=plain(edge_ids), layout="COO", directed=True,
-                       **placement.glt_graph_args())
+    dataset.init_graph(edge_index=plain(edge_index), edge_ids=plain(edge_ids), layout="COO", directed=True, **placement.glt_graph_args())
     if any(f.shape[1] for f in features.values()):
         dataset.init_node_features(node_feature_data=plain(features), id2idx=plain(id2idx), **placement.glt_feature_args())
     if labels:
         label_ids = {t: id2idx[t] for t in labels}
         dataset.init_node_labels(node_label_data=plain(labels), id2idx=plain(label_ids))
     if edge_pb:
-        edge_features = {edge_type_tuple(t): part.edges[t]["features"].to(torch.float32) for t in messages
-                         if edge_type_tuple(t) in edge_pb}
-        dataset.init_edge_features(edge_feature_data=plain(edge_features), id2idx=plain({e: edge_pb[e].id2index for e in edge_pb}),
-                                   **placement.glt_feature_args())
+        edge_features = {edge_type_tuple(t): part.edges[t]["features"].to(torch.float32) for t in messages if edge_type_tuple(t) in edge_pb}
+        dataset.init_edge_features(
+            edge_feature_data=plain(edge_features), id2idx=plain({e: edge_pb[e].id2index for e in edge_pb}), **placement.glt_feature_args()
+        )
     dataset.init_node_split((plain(splits.train), plain(splits.val), plain(splits.test)))
     return dataset

@@ -146,7 +146,9 @@ def _collect(jobs: Sequence[EntityLoad], parallel: bool) -> dict[tuple[str, str]
     return loaded
 
 
-def load_graph(serialized: storage.PublishedOutput, metadata: GraphSchema, rank: int, world_size: int, *, parallel: bool = True) -> LoadedGraph:
+def load_graph(
+    serialized: storage.PublishedOutput, metadata: GraphSchema, rank: int, world_size: int, *, parallel: bool = True
+) -> LoadedGraph:
     """Worker ``rank``'s share of every node and edge type."""
     start = time.perf_counter()
     root = str(serialized.root.join(serialized.manifest.generation))
@@ -166,6 +168,12 @@ def load_graph(serialized: storage.PublishedOutput, metadata: GraphSchema, rank:
     )
     rows = sum(len(t["node_id"]) for t in graph.nodes.values()) + sum(len(t["edge_id"]) for t in graph.edges.values())
     seconds = time.perf_counter() - start
-    log.info("rank %d: loaded %d records from %d shard(s) in %.1fs (%s)", rank, rows, sum(len(j.files) for j in jobs), seconds,
-             f"{rows / seconds:,.0f} rows/s" if seconds else "n/a")
+    log.info(
+        "rank %d: loaded %d records from %d shard(s) in %.1fs (%s)",
+        rank,
+        rows,
+        sum(len(j.files) for j in jobs),
+        seconds,
+        f"{rows / seconds:,.0f} rows/s" if seconds else "n/a",
+    )
     return graph

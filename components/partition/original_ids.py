@@ -27,8 +27,11 @@ from components.schema import GraphSchema
 
 
 def _read_my_id_maps(serialized: storage.PublishedOutput, files: list[str], rank: int, world_size: int) -> tuple[torch.Tensor, pa.Array]:
-    tables = [pq.read_table(io.BytesIO(serialized.read_bytes(rel)), columns=["node_id", "original_id"])
-              for i, rel in enumerate(files) if i % world_size == rank]
+    tables = [
+        pq.read_table(io.BytesIO(serialized.read_bytes(rel)), columns=["node_id", "original_id"])
+        for i, rel in enumerate(files)
+        if i % world_size == rank
+    ]
     if not tables:
         return torch.zeros(0, dtype=torch.int64), pa.array([], pa.string())
     table = pa.concat_tables(tables)
@@ -36,8 +39,9 @@ def _read_my_id_maps(serialized: storage.PublishedOutput, files: list[str], rank
     return torch.from_numpy(table.column("node_id").to_numpy().astype(np.int64)), originals
 
 
-def write_original_ids(serialized: storage.PublishedOutput, metadata: GraphSchema, part: GraphPartition,
-                       staging: storage.OutputStaging, folder: str) -> dict[str, storage.FileEntry]:
+def write_original_ids(
+    serialized: storage.PublishedOutput, metadata: GraphSchema, part: GraphPartition, staging: storage.OutputStaging, folder: str
+) -> dict[str, storage.FileEntry]:
     """Collective: routes every original id to its partition and writes this worker's files."""
     before = set(staging.entries)
     for name, node in metadata.node_types.items():

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import torch
 
 from components.collectives import all_gather_int, all_sum_int, exchange
-from components.errors import GnnflowError
 from components.config import PartitionSpec
+from components.errors import GnnflowError
 from components.partition.assignment import hash_assignment, propagated_assignment
 from components.partition.books import IdDirectory, range_ends, range_offset, range_owner
 from components.partition.loading import LoadedGraph
@@ -59,7 +59,7 @@ def partition_nodes(graph: LoadedGraph, metadata: GraphSchema, owners: dict[str,
     """Moves every loaded node to ``owners[type]`` (aligned with the loaded rows) and renumbers;
     takes each type out of ``graph`` as it goes, so a worker never holds its rows twice over."""
     world_size = part.num_partitions
-    for name, node in metadata.node_types.items():
+    for name in metadata.node_types:
         loaded = graph.nodes.pop(name)  # the worker keeps one copy of its rows at a time, not two
         mine = exchange(loaded, owners.pop(name), world_size)
         del loaded
@@ -84,16 +84,15 @@ def check_nodes(graph: LoadedGraph, metadata: GraphSchema) -> None:
         ids = graph.nodes[name]["node_id"]
         total = all_sum_int(len(ids))
         if total != node.count:
-            raise GnnflowError(
-                f"node type '{name}': graph_metadata.json says {node.count} nodes but the shards hold {total}"
-            )
+            raise GnnflowError(f"node type '{name}': graph_metadata.json says {node.count} nodes but the shards hold {total}")
         _check_range(ids, node.count, f"node type '{name}'")
 
 
 def stored_edge_types(metadata: GraphSchema) -> dict[str, tuple[str, str, str]]:
     """Every edge type a partition stores, name → (src type, relation, dst type).
 
-    The schema's message edge types (label edge tables are stored too, but carry no messages), plus ``<dst>__rev_<relation>__<src>`` for each undirected edge type
+    The schema's message edge types (label edge tables are stored too, but carry no messages), plus
+    ``<dst>__rev_<relation>__<src>`` for each undirected edge type
     between two different node types (its rows reversed, same edge ids): GLT samples along
     stored edges only, so without it nodes at the destination end never reach the sources.
     """
@@ -141,8 +140,16 @@ def partition_edges(graph: LoadedGraph, metadata: GraphSchema, by: str, part: Gr
             _store_edges(reverse, (edge.dst_type, edge.src_type), dst, src, eid, rows, by, part)
 
 
-def _store_edges(name: str, ends: tuple[str, str], src: torch.Tensor, dst: torch.Tensor, eid: torch.Tensor,
-                 rows: dict[str, torch.Tensor], by: str, part: GraphPartition) -> None:
+def _store_edges(
+    name: str,
+    ends: tuple[str, str],
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    eid: torch.Tensor,
+    rows: dict[str, torch.Tensor],
+    by: str,
+    part: GraphPartition,
+) -> None:
     """Sends each edge to the owner of its source (or destination) and renumbers it in the
     owner's edge range (ordered by source edge id, so reruns are bit-identical)."""
     src_owner = range_owner(src, range_ends(part.node_counts[ends[0]]))

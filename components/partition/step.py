@@ -19,8 +19,8 @@ from components import storage
 from components.config import PartitionSpec
 from components.launcher import WorkerContext, launch_staged
 from components.partition.loading import load_graph
-from components.partition.partitioner import label_edge_types, partition_graph, stored_edge_types
 from components.partition.original_ids import write_original_ids
+from components.partition.partitioner import label_edge_types, partition_graph, stored_edge_types
 from components.partition.store import METADATA_FILE, PartitionMetadata, part_folder, write_partition
 from components.serialize.step import STEP as SERIALIZE_STEP
 from components.serialize.step import read_graph_metadata
@@ -56,9 +56,14 @@ def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage
     del graph
     entries = write_partition(part, staging)
     entries |= write_original_ids(serialized, metadata, part, staging, part_folder(ctx.rank))
-    log.info("rank %d: partition %d holds %s nodes and %s edges (%.1fs)", ctx.rank, ctx.rank,
-             {t: c[ctx.rank] for t, c in part.node_counts.items()}, {t: c[ctx.rank] for t, c in part.edge_counts.items()},
-             time.perf_counter() - start)
+    log.info(
+        "rank %d: partition %d holds %s nodes and %s edges (%.1fs)",
+        ctx.rank,
+        ctx.rank,
+        {t: c[ctx.rank] for t, c in part.node_counts.items()},
+        {t: c[ctx.rank] for t, c in part.edge_counts.items()},
+        time.perf_counter() - start,
+    )
     gathered: list = [None] * ctx.world_size
     dist.all_gather_object(gathered, entries)
     if ctx.rank != 0:
@@ -84,8 +89,9 @@ def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage
     return dict(staging.entries)
 
 
-def partition(input_uri: storage.Uri | str, output: storage.Uri | str, options: PartitionSpec, world_size: int,
-              processes_per_replica: int = 1) -> storage.PublishedOutput | None:
+def partition(
+    input_uri: storage.Uri | str, output: storage.Uri | str, options: PartitionSpec, world_size: int, processes_per_replica: int = 1
+) -> storage.PublishedOutput | None:
     """Runs the step; returns the published output (None on cluster replicas other than the first)."""
     output = storage.parse_uri(output)
     storage.open_published(input_uri, step=SERIALIZE_STEP)  # fail here, before any worker starts
@@ -102,6 +108,5 @@ def partition(input_uri: storage.Uri | str, output: storage.Uri | str, options: 
     counts |= {f"nodes.{t}": sum(c) for t, c in summary.node_counts.items()}
     counts |= {f"edges.{t}": sum(c) for t, c in summary.edge_counts.items()}
     published = staging.publish(counts=counts, metadata={"source": str(input_uri), "edge_assignment": options.edge_assignment})
-    log.info("partition: published %s (%s) in %.1fs", output, ", ".join(f"{k}={v}" for k, v in counts.items()),
-             time.perf_counter() - start)
+    log.info("partition: published %s (%s) in %.1fs", output, ", ".join(f"{k}={v}" for k, v in counts.items()), time.perf_counter() - start)
     return published

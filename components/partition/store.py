@@ -76,7 +76,7 @@ class PartitionMetadata:
         return json.dumps(asdict(self), indent=2)
 
     @staticmethod
-    def from_json(text: str, source: str) -> "PartitionMetadata":
+    def from_json(text: str, source: str) -> PartitionMetadata:
         try:
             return PartitionMetadata(**json.loads(text))
         except (ValueError, TypeError) as exc:

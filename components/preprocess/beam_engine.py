@@ -64,13 +64,17 @@ def build_pipeline(pipeline: Any, plan: Plan) -> None:
     import apache_beam as beam
 
     node_blocks = pipeline | "node files" >> beam.Create(
-        [Block("node", t, f) for t, table in enumerate(plan.nodes) for f in range(len(table.source.files))])
+        [Block("node", t, f) for t, table in enumerate(plan.nodes) for f in range(len(table.source.files))]
+    )
     edge_blocks = pipeline | "edge files" >> beam.Create(
-        [Block("edge", t, f) for t, table in enumerate(plan.edges) for f in range(len(table.source.files))])
+        [Block("edge", t, f) for t, table in enumerate(plan.edges) for f in range(len(table.source.files))]
+    )
     scanned = (node_blocks, edge_blocks) | "all files" >> beam.Flatten() | "scan" >> beam.FlatMap(scan_block, plan)
     # (Beam annotates Partition as taking a PartitionFn; it takes plain callables too.)
     scans, scan_problems, id_batches = scanned | "sort scan output" >> beam.Partition(
-        lambda e, _: 0 if isinstance(e, Scan) else 1 if isinstance(e, Problem) else 2, 3)  # type: ignore[arg-type]
+        lambda e, _: 0 if isinstance(e, Scan) else 1 if isinstance(e, Problem) else 2,  # type: ignore[arg-type]
+        3,
+    )
     layout = scans | "all scans" >> beam.combiners.ToList() | "layout" >> beam.Map(build_layout, plan)
     layout_side = beam.pvalue.AsSingleton(layout)
 
@@ -104,9 +108,17 @@ def write_result(results: list[Layout | Problem | Written], plan: Plan) -> None:
     result = {
         "problems": [[list(p.order), p.message] for p in problems],
         "written": [
-            {"kind": w.block.kind, "table": w.block.table, "file": w.block.file, "parts": w.parts, "count": w.count,
-             "dropped": w.dropped, "split_sizes": w.split_sizes, "labelled_sizes": w.labelled_sizes,
-             "entries": {path: [e.size, e.crc32c] for path, e in w.entries.items()}}
+            {
+                "kind": w.block.kind,
+                "table": w.block.table,
+                "file": w.block.file,
+                "parts": w.parts,
+                "count": w.count,
+                "dropped": w.dropped,
+                "split_sizes": w.split_sizes,
+                "labelled_sizes": w.labelled_sizes,
+                "entries": {path: [e.size, e.crc32c] for path, e in w.entries.items()},
+            }
             for w in written
         ],
         "node_features": {t: [f.to_dict() for f in fs] for t, fs in layout.node_features.items()},
@@ -116,7 +128,9 @@ def write_result(results: list[Layout | Problem | Written], plan: Plan) -> None:
     put_result(plan.staging(), result)
 
 
-def preprocess_with_beam(config: GnnflowConfig, output: storage.Uri, fitted_state: dict | None, image: str | None) -> storage.PublishedOutput:
+def preprocess_with_beam(
+    config: GnnflowConfig, output: storage.Uri, fitted_state: dict | None, image: str | None
+) -> storage.PublishedOutput:
     """Runs the step on Beam; the published output equals the one-process engine's."""
     with storage.staged_output(output, STEP) as staging:
         plan = plan_tables(config, output, staging.generation, fitted_state)
@@ -180,4 +194,3 @@ def _publish(staging: storage.OutputStaging, config: GnnflowConfig, plan: Plan, 
             log.warning("edges[%s]: dropped %d of %d edges whose endpoint is not in the node table", edge.name, dropped, count + dropped)
         log.info("edges[%s]: wrote %d edges", edge.name, count)
     return publish_preprocessed(staging, config, node_schemas, edge_schemas, node_state, edge_features)
-

@@ -45,7 +45,6 @@ from components.preprocess.step import STEP
 from components.schema import SPLIT_CODES
 from components.transforms import FeatureFitter, FittedFeatures, PerFileFitters, fit_label_vocabulary, label_values
 
-
 # Problem order, as the one-process engine meets errors: node tables one by one (scan, empty,
 # duplicates), then writing every node table, then edge tables one by one (fit, write, empty).
 NODE_SCAN, NODE_EMPTY, NODE_DUPLICATE, NODE_WRITE, EDGE = 0, 1, 2, 3, 4
@@ -152,7 +151,9 @@ def build_layout(scans: list[Scan], plan: Plan) -> Layout:
     found = {(s.block.kind, s.block.table, s.block.file): s for s in scans}
     reused = plan.fitted_state or {}
     kinds: list[tuple[str, Sequence[NodeTableSpec | EdgeTableSpec], Sequence[Any]]] = [
-        ("node", plan.config.graph.nodes, plan.nodes), ("edge", plan.config.graph.edges, plan.edges)]
+        ("node", plan.config.graph.nodes, plan.nodes),
+        ("edge", plan.config.graph.edges, plan.edges),
+    ]
     for kind, specs, tables_ in kinds:
         for t, (spec, table) in enumerate(zip(specs, tables_)):
             rows = parts = 0
@@ -175,8 +176,9 @@ def build_layout(scans: list[Scan], plan: Plan) -> Layout:
             if kind == "node":
                 layout.node_features[t] = features
                 label_column = plan.config.graph.nodes[t].label_column
-                layout.vocabularies[t] = state.get("label_vocabulary") if state else (
-                    fit_label_vocabulary(labels) if label_column else None)
+                layout.vocabularies[t] = (
+                    state.get("label_vocabulary") if state else (fit_label_vocabulary(labels) if label_column else None)
+                )
                 if rows == 0:
                     layout.problems.append(Problem((NODE_SCAN, t, NODE_EMPTY), str(empty_table_error("node", spec.uri))))
             else:
@@ -199,7 +201,9 @@ def scan_block(block: Block, plan: Plan) -> Iterator[Scan | Problem | tuple[tupl
             if block.kind == "node":
                 ends = [("id", spec.type, checked_node_ids(chunk, spec.id_column))]  # type: ignore[union-attr]
             else:
-                ends = [(role, getattr(spec, f"{role}_type"), chunk.table.column(getattr(spec, f"{role}_column"))) for role in ("src", "dst")]
+                ends = [
+                    (role, getattr(spec, f"{role}_type"), chunk.table.column(getattr(spec, f"{role}_column"))) for role in ("src", "dst")
+                ]
             for fitter in fitters or []:
                 fitter.update(chunk.table, str(chunk.source), chunk.first_row)
             if block.kind == "node" and spec.label_column:  # type: ignore[union-attr]
@@ -216,7 +220,9 @@ def scan_block(block: Block, plan: Plan) -> Iterator[Scan | Problem | tuple[tupl
     yield Scan(block, rows, chunks, fitters, sorted(labels))
 
 
-def resolve_bucket(key: tuple[str, int], batches: list[IdBatch], layout: Layout, plan: Plan) -> Iterator[Problem | tuple[tuple[int, int], IdBatch]]:
+def resolve_bucket(
+    key: tuple[str, int], batches: list[IdBatch], layout: Layout, plan: Plan
+) -> Iterator[Problem | tuple[tuple[int, int], IdBatch]]:
     """One bucket of one node type: its node ids checked for duplicates, then every endpoint
     batch hashed here resolved to node ids (-1: not in the node table)."""
     node_batches = sorted((b for b in batches if b.block.kind == "node"), key=lambda b: b.block.file)
@@ -233,8 +239,9 @@ def resolve_bucket(key: tuple[str, int], batches: list[IdBatch], layout: Layout,
         k = int(np.flatnonzero(duplicated)[0])
         first = int(np.flatnonzero(values == values[k])[0])
         where = [f"{source.files[files[i]]}, row {positions[i] + 1}" for i in (k, first)]
-        yield Problem((NODE_SCAN, table, NODE_DUPLICATE, int(files[k]), int(positions[k])),
-                      str(duplicate_id_error(values[k], spec.id_column, *where)))
+        yield Problem(
+            (NODE_SCAN, table, NODE_DUPLICATE, int(files[k]), int(positions[k])), str(duplicate_id_error(values[k], spec.id_column, *where))
+        )
         index, files, positions = index[~duplicated], files[~duplicated], positions[~duplicated]
     if node_batches:  # a node's id: its file's first id plus its row in the file
         table = node_batches[0].block.table
@@ -260,8 +267,9 @@ def write_node_block(block: Block, layout: Layout, plan: Plan) -> Iterator[Writt
     split = node_split(plan.config, spec.type)
     try:
         for i, chunk in enumerate(plan.chunks(table, block.file)):
-            encoded = encode_node_chunk(spec, layout.node_features[block.table], layout.vocabularies[block.table], split,
-                                        chunk, first_id + chunk.first_row - 1)
+            encoded = encode_node_chunk(
+                spec, layout.node_features[block.table], layout.vocabularies[block.table], split, chunk, first_id + chunk.first_row - 1
+            )
             count_splits(encoded.split_codes, written.split_sizes)
             count_splits(encoded.labelled_split_codes, written.labelled_sizes)
             written.parts.append((write_part(staging, f"nodes/{spec.type}", first_part + i, encoded.nodes), encoded.nodes.num_rows))
@@ -292,7 +300,9 @@ def write_edge_block(key: tuple[int, int], resolved: list[IdBatch | None], layou
     try:
         for i, chunk in enumerate(plan.chunks(table, block.file)):
             a, b = chunk.first_row - 1, chunk.first_row - 1 + chunk.table.num_rows
-            encoded = encode_edge_chunk(spec, layout.edge_features[block.table], split, chunk, ends["src"][a:b], ends["dst"][a:b], first_row + a)
+            encoded = encode_edge_chunk(
+                spec, layout.edge_features[block.table], split, chunk, ends["src"][a:b], ends["dst"][a:b], first_row + a
+            )
             count_splits(encoded.split_codes, written.split_sizes)
             written.parts.append((write_part(staging, f"edges/{spec.name}", first_part + i, encoded.table), encoded.table.num_rows))
             written.count += encoded.table.num_rows

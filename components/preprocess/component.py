@@ -1,8 +1,8 @@
 """The KFP component of step preprocess: raw tables (named by the config) in, a Dataset out."""
 
 from kfp import dsl
-from kfp.dsl.python_component import PythonComponent
 from kfp.dsl import Dataset, Output
+from kfp.dsl.python_component import PythonComponent
 
 
 def preprocess(config: str, overrides: str, data_version: str, image: str, preprocessed: Output[Dataset]) -> None:

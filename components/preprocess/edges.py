@@ -52,8 +52,13 @@ class EdgeChunk:
 
 
 def encode_edge_chunk(
-    spec: EdgeTableSpec, features: list[FittedFeatures], split: SplitSpec | None, chunk: tables.TableChunk,
-    src: np.ndarray, dst: np.ndarray, first_edge_row: int,
+    spec: EdgeTableSpec,
+    features: list[FittedFeatures],
+    split: SplitSpec | None,
+    chunk: tables.TableChunk,
+    src: np.ndarray,
+    dst: np.ndarray,
+    first_edge_row: int,
 ) -> EdgeChunk:
     """Transforms one chunk whose endpoints are already node ids (-1: unknown); ``first_edge_row``
     is the chunk's first row counted over the whole table (it seeds the random split)."""
@@ -71,8 +76,13 @@ def encode_edge_chunk(
     x = encode_features(t, features, str(chunk.source), chunk.first_row)
     if split is not None:
         edge_rows = np.arange(first_edge_row, first_edge_row + t.num_rows, dtype=np.int64)
-        codes = encode_splits(edge_rows, split, t.column(spec.split_column) if spec.split_column else None, None,
-                              (str(chunk.source), chunk.first_row, spec.split_column or ""))
+        codes = encode_splits(
+            edge_rows,
+            split,
+            t.column(spec.split_column) if spec.split_column else None,
+            None,
+            (str(chunk.source), chunk.first_row, spec.split_column or ""),
+        )
     else:
         codes = np.full(t.num_rows, -1, dtype=np.int8)
     keep = np.flatnonzero(known)
@@ -84,8 +94,13 @@ def encode_edge_chunk(
 
 
 def edge_type_schema(
-    spec: EdgeTableSpec, features: list[FittedFeatures], count: int, split_sizes: dict[str, int] | None,
-    files: list[str], file_rows: list[int], dropped: int,
+    spec: EdgeTableSpec,
+    features: list[FittedFeatures],
+    count: int,
+    split_sizes: dict[str, int] | None,
+    files: list[str],
+    file_rows: list[int],
+    dropped: int,
 ) -> EdgeTypeSchema:
     return EdgeTypeSchema(
         src_type=spec.src_type,
@@ -143,6 +158,7 @@ def write_edges(
     if dropped:
         log.warning("edges[%s]: dropped %d of %d edges whose endpoint is not in the node table", spec.name, dropped, rows)
     log.info("edges[%s]: wrote %d edges (%s)", spec.name, kept, rate(rows, elapsed[0]))
-    schema = edge_type_schema(spec, features, kept, split_sizes if split is not None else None,
-                              writer.files(f"edges/{spec.name}"), file_rows, dropped)
+    schema = edge_type_schema(
+        spec, features, kept, split_sizes if split is not None else None, writer.files(f"edges/{spec.name}"), file_rows, dropped
+    )
     return schema, features

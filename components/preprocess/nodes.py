@@ -48,8 +48,11 @@ class TableSource:
     def chunks(self, options: PreprocessSpec, file: int | None = None):
         """The table's chunks in order; only those of ``files[file]`` when ``file`` is given."""
         return tables.iter_chunks(
-            self.files if file is None else [self.files[file]], self.column_types, self.fmt,
-            block_bytes=options.csv_block_bytes, batch_rows=options.parquet_batch_rows,
+            self.files if file is None else [self.files[file]],
+            self.column_types,
+            self.fmt,
+            block_bytes=options.csv_block_bytes,
+            batch_rows=options.parquet_batch_rows,
         )
 
 
@@ -165,8 +168,12 @@ class NodeChunk:
 
 
 def encode_node_chunk(
-    spec: NodeTableSpec, features: list[FittedFeatures], vocabulary: list[str] | None, split: SplitSpec | None,
-    chunk: tables.TableChunk, first_id: int,
+    spec: NodeTableSpec,
+    features: list[FittedFeatures],
+    vocabulary: list[str] | None,
+    split: SplitSpec | None,
+    chunk: tables.TableChunk,
+    first_id: int,
 ) -> NodeChunk:
     """Transforms one chunk whose first row gets node id ``first_id`` (both engines call this)."""
     n = chunk.table.num_rows
@@ -181,8 +188,13 @@ def encode_node_chunk(
         columns["label"] = pa.array(label)
     if split is not None:
         split_column = chunk.table.column(spec.split_column) if spec.split_column else None
-        codes = encode_splits(node_ids, split, split_column, label != NO_LABEL if label is not None else None,
-                              (str(chunk.source), chunk.first_row, spec.split_column or ""))
+        codes = encode_splits(
+            node_ids,
+            split,
+            split_column,
+            label != NO_LABEL if label is not None else None,
+            (str(chunk.source), chunk.first_row, spec.split_column or ""),
+        )
     else:
         codes = np.full(n, -1, dtype=np.int8)
     columns["split"] = pa.array(codes)
@@ -209,8 +221,14 @@ def unlabelled_error(spec: NodeTableSpec, labelled: dict[str, int]) -> GnnflowEr
 
 
 def node_type_schema(
-    spec: NodeTableSpec, features: list[FittedFeatures], vocabulary: list[str] | None, count: int,
-    split_sizes: dict[str, int] | None, files: list[str], id_map_files: list[str], file_rows: list[int],
+    spec: NodeTableSpec,
+    features: list[FittedFeatures],
+    vocabulary: list[str] | None,
+    count: int,
+    split_sizes: dict[str, int] | None,
+    files: list[str],
+    id_map_files: list[str],
+    file_rows: list[int],
 ) -> NodeTypeSchema:
     return NodeTypeSchema(
         name=spec.type,
@@ -224,9 +242,7 @@ def node_type_schema(
     )
 
 
-def write_nodes(
-    fit: NodeFit, options: PreprocessSpec, split: SplitSpec | None, writer: PartWriter
-) -> NodeTypeSchema:
+def write_nodes(fit: NodeFit, options: PreprocessSpec, split: SplitSpec | None, writer: PartWriter) -> NodeTypeSchema:
     """Pass 2: transformed features, labels and splits, and the id map, as Parquet parts.
 
     ``split`` is the task's split spec when this is the task's target node type, else None.
@@ -250,11 +266,22 @@ def write_nodes(
     if split is not None and not fit.reused and (error := unlabelled_error(spec, labelled)):
         raise error
     schema = node_type_schema(
-        spec, fit.features, fit.label_vocabulary, next_id, split_sizes if split is not None else None,
-        writer.files(f"nodes/{spec.type}"), writer.files(f"id_maps/{spec.type}"), file_rows,
+        spec,
+        fit.features,
+        fit.label_vocabulary,
+        next_id,
+        split_sizes if split is not None else None,
+        writer.files(f"nodes/{spec.type}"),
+        writer.files(f"id_maps/{spec.type}"),
+        file_rows,
     )
     log.info(
         "nodes[%s]: wrote %d nodes, %d features, %s classes, splits %s (%s)",
-        spec.type, next_id, len(schema.feature_names), len(fit.label_vocabulary or []) or "no", split_sizes, rate(next_id, elapsed[0]),
+        spec.type,
+        next_id,
+        len(schema.feature_names),
+        len(fit.label_vocabulary or []) or "no",
+        split_sizes,
+        rate(next_id, elapsed[0]),
     )
     return schema

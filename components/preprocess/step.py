@@ -57,8 +57,13 @@ def preprocess(
     """Runs the step with the configured engine; returns the published output. Nothing is
     published if any check fails. ``image`` is the step image (Dataflow's worker image)."""
     output = storage.parse_uri(output)
-    log.info("preprocess: %d node table(s), %d edge table(s) → %s (engine %s)",
-             len(config.graph.nodes), len(config.graph.edges), output, config.preprocess.engine)
+    log.info(
+        "preprocess: %d node table(s), %d edge table(s) → %s (engine %s)",
+        len(config.graph.nodes),
+        len(config.graph.edges),
+        output,
+        config.preprocess.engine,
+    )
     check_fitted_state(config, fitted_state)
     if config.preprocess.engine == "beam":
         from components.preprocess.beam_engine import preprocess_with_beam
@@ -72,8 +77,7 @@ def _preprocess_here(config: GnnflowConfig, output: storage.Uri, fitted_state: d
     reused_edges = (fitted_state or {}).get("edge_types", {})
     # Every node table is fitted before anything is written: most bad input fails here.
     fits: dict[str, NodeFit] = {
-        spec.type: fit_nodes(spec, config.preprocess, reused_nodes.get(spec.type) if fitted_state else None)
-        for spec in config.graph.nodes
+        spec.type: fit_nodes(spec, config.preprocess, reused_nodes.get(spec.type) if fitted_state else None) for spec in config.graph.nodes
     }
     with storage.staged_output(output, STEP) as staging:
         writer = PartWriter(staging)
@@ -81,8 +85,13 @@ def _preprocess_here(config: GnnflowConfig, output: storage.Uri, fitted_state: d
         edge_schemas, edge_features = {}, {}
         for spec in config.graph.edges:
             schema, features = write_edges(
-                spec, config.preprocess, fits[spec.src_type].ids, fits[spec.dst_type].ids, edge_split(config, spec),
-                reused_edges.get(spec.name) if fitted_state else None, writer,
+                spec,
+                config.preprocess,
+                fits[spec.src_type].ids,
+                fits[spec.dst_type].ids,
+                edge_split(config, spec),
+                reused_edges.get(spec.name) if fitted_state else None,
+                writer,
             )
             edge_schemas[spec.name], edge_features[spec.name] = schema, features
         node_state = {name: (fit.features, fit.label_vocabulary) for name, fit in fits.items()}

@@ -29,8 +29,7 @@ def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput:
     config = required_config(args)
     assert config is not None  # the argument group is required
     root = storage.parse_uri(config.output.root)
-    return report(config, args.model or root.join("model"), args.embeddings or root.join("embeddings"),
-                  args.output or root.join("report"))
+    return report(config, args.model or root.join("model"), args.embeddings or root.join("embeddings"), args.output or root.join("report"))
 
 
 if __name__ == "__main__":

@@ -94,7 +94,9 @@ def _history(published: storage.PublishedOutput) -> list[dict[str, Any]]:
         except ValueError as exc:
             raise GnnflowError(f"{where} line {number} is not valid JSON: {exc}") from None
         if not isinstance(epoch, dict) or not isinstance(epoch.get("epoch"), int) or not _is_number(epoch.get("loss")):
-            raise GnnflowError(f"{where} line {number}: expected an object with an integer 'epoch' and a numeric 'loss', got {line[:120]!r}")
+            raise GnnflowError(
+                f"{where} line {number}: expected an object with an integer 'epoch' and a numeric 'loss', got {line[:120]!r}"
+            )
         history.append(epoch)
     return history
 
@@ -112,8 +114,10 @@ def read_training(uri: storage.Uri | str) -> TrainingRecord:
     spec = _json_object(published, SPEC_FILE)
     task_type, target = spec.get("task_type"), spec.get("target")
     if not isinstance(task_type, str) or task_type not in VALIDATION_METRIC or not isinstance(target, str):
-        raise GnnflowError(f"{published.uri(SPEC_FILE)} needs 'task_type' (one of {', '.join(VALIDATION_METRIC)}) "
-                           f"and 'target', got {task_type!r} and {target!r}")
+        raise GnnflowError(
+            f"{published.uri(SPEC_FILE)} needs 'task_type' (one of {', '.join(VALIDATION_METRIC)}) "
+            f"and 'target', got {task_type!r} and {target!r}"
+        )
     model = spec["model"] if isinstance(spec.get("model"), dict) else {}
     return TrainingRecord(published, _history(published), final, task_type, target, model)
 
@@ -136,8 +140,10 @@ def check_lineage(training: TrainingRecord, inference: InferenceRecord) -> str |
     """A note when the embeddings were not computed from this model (None when they were, or
     when infer did not record its model), and an error when they cannot belong together."""
     if training.task_type == "node_classification" and training.target not in inference.shards:
-        raise GnnflowError(f"{inference.output.root} holds no embeddings of node type {training.target!r}, "
-                           f"the classification target of {training.output.root} (it has {', '.join(sorted(inference.shards))})")
+        raise GnnflowError(
+            f"{inference.output.root} holds no embeddings of node type {training.target!r}, "
+            f"the classification target of {training.output.root} (it has {', '.join(sorted(inference.shards))})"
+        )
     recorded = inference.output.manifest.metadata.get("model")
     if recorded and storage.parse_uri(recorded) != training.output.root:
         note = f"the embeddings were computed from the model at {recorded}, not from {training.output.root} (a copy?)"

@@ -63,15 +63,18 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric_column
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = []
     for row in rows:
-        cells = "".join(f'<td class="number">{html.escape(c)}</td>' if i in numeric_columns else f"<td>{html.escape(c)}</td>"
-                        for i, c in enumerate(row))
+        cells = "".join(
+            f'<td class="number">{html.escape(c)}</td>' if i in numeric_columns else f"<td>{html.escape(c)}</td>" for i, c in enumerate(row)
+        )
         body.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def _figure(plot: Plot) -> str:
-    return (f'<figure><img src="{data_uri(plot.png)}" alt="{html.escape(plot.alt, quote=True)}">'
-            f"<figcaption>{html.escape(plot.caption)} ({html.escape(plot.file_name)})</figcaption></figure>")
+    return (
+        f'<figure><img src="{data_uri(plot.png)}" alt="{html.escape(plot.alt, quote=True)}">'
+        f"<figcaption>{html.escape(plot.caption)} ({html.escape(plot.file_name)})</figcaption></figure>"
+    )
 
 
 def _history_table(history: list[dict[str, Any]]) -> str:
@@ -87,10 +90,14 @@ def render(page: ReportPage) -> str:
     parts = [f"<h1>{html.escape(page.title)}</h1>", f'<p class="lead">{html.escape(page.headline)}</p>']
     parts += [f'<p class="note">{html.escape(note)}</p>' for note in page.notes]
     parts.append("<h2>Final metrics</h2>")
-    parts.append(_table(["metric", "value", "from"], [(k, format_value(k, v), source) for k, v, source in page.metrics], numeric_columns=[1]))
+    parts.append(
+        _table(["metric", "value", "from"], [(k, format_value(k, v), source) for k, v, source in page.metrics], numeric_columns=[1])
+    )
     if page.training_tests:
-        parts.append("<p>Test metrics of the same model as measured during training (sampled evaluation; the final ones above "
-                     "are recomputed from the published inference output):</p>")
+        parts.append(
+            "<p>Test metrics of the same model as measured during training (sampled evaluation; the final ones above "
+            "are recomputed from the published inference output):</p>"
+        )
         parts.append(_table(["metric", "value"], [(k, format_value(k, v)) for k, v in page.training_tests.items()], numeric_columns=[1]))
     parts.append("<h2>Training</h2>")
     parts += [_figure(plot) for plot in page.curves]
@@ -103,5 +110,7 @@ def render(page: ReportPage) -> str:
     parts.append("<h2>Inputs</h2>")
     parts.append(_table(["output", "location"], page.inputs))
     body = "\n".join(parts)
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(page.title)}</title>\n'
-            f"<style>{_STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(page.title)}</title>\n'
+        f"<style>{_STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+    )

@@ -74,7 +74,7 @@ def loss_plot(history: Sequence[dict[str, Any]], best_epoch: int) -> bytes:
 
 def validation_metric_names(history: Sequence[dict[str, Any]], headline: str) -> list[str]:
     """Metrics recorded on the validation split (``val_<name>``, counts aside), ``headline`` first."""
-    names = sorted({k[len("val_"):] for h in history for k in h if k.startswith("val_") and k != "val_count"})
+    names = sorted({k[len("val_") :] for h in history for k in h if k.startswith("val_") and k != "val_count"})
     return sorted(names, key=lambda name: name != headline)
 
 
@@ -118,12 +118,21 @@ def projection_plot(projection: Projection, groups: np.ndarray | None, legend_ti
         colours = palette(len(names))
         ax.scatter(xy[:, 0], xy[:, 1], s=size, c=colours[index], alpha=0.7, linewidths=0)
         if len(names) <= MAX_LEGEND_GROUPS:
-            handles = [Line2D([], [], marker="o", linestyle="", color=colours[i], label=f"{name} ({counts[i]:,})")
-                       for i, name in enumerate(names)]
+            handles = [
+                Line2D([], [], marker="o", linestyle="", color=colours[i], label=f"{name} ({counts[i]:,})") for i, name in enumerate(names)
+            ]
             ax.legend(handles=handles, title=legend_title, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
         else:
-            ax.text(0.01, 0.99, f"{len(names)} groups ({legend_title}): too many for a legend", transform=ax.transAxes,
-                    ha="left", va="top", fontsize="small", color="0.3")
+            ax.text(
+                0.01,
+                0.99,
+                f"{len(names)} groups ({legend_title}): too many for a legend",
+                transform=ax.transAxes,
+                ha="left",
+                va="top",
+                fontsize="small",
+                color="0.3",
+            )
     ax.set_xlabel(f"principal component 1 ({projection.explained[0]:.1%} of variance)")
     ax.set_ylabel(f"principal component 2 ({projection.explained[1]:.1%} of variance)")
     ax.set_title(title, fontsize="medium")

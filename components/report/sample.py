@@ -43,11 +43,16 @@ class _Rows:
     embeddings: np.ndarray
     classes: np.ndarray | None
 
-    def take(self, index: np.ndarray) -> "_Rows":
-        return _Rows(self.keys[index], self.node_types[index], self.node_ids[index], self.embeddings[index],
-                     None if self.classes is None else self.classes[index])
+    def take(self, index: np.ndarray) -> _Rows:
+        return _Rows(
+            self.keys[index],
+            self.node_types[index],
+            self.node_ids[index],
+            self.embeddings[index],
+            None if self.classes is None else self.classes[index],
+        )
 
-    def smallest(self, limit: int) -> "_Rows":
+    def smallest(self, limit: int) -> _Rows:
         """The ``limit`` rows of smallest key, in key order."""
         return self.take(np.argsort(self.keys, kind="stable")[:limit])
 
@@ -94,8 +99,9 @@ def _read_shard(inference: InferenceRecord, path: str, node_type: str, limit: in
     classes = None
     if with_classes:
         classes = np.asarray(table.column("prediction").to_numpy(zero_copy_only=False), dtype=object).astype(str)
-    rows = _Rows(keys[chosen], np.full(len(chosen), node_type).astype(str), node_ids[chosen].astype(str),
-                 embedding_rows(table, where), classes)
+    rows = _Rows(
+        keys[chosen], np.full(len(chosen), node_type).astype(str), node_ids[chosen].astype(str), embedding_rows(table, where), classes
+    )
     return rows, len(keys)
 
 
@@ -109,8 +115,13 @@ def _concat(a: _Rows | None, b: _Rows, where: str) -> _Rows:
     if not len(a.keys):
         return b
     classes = None if a.classes is None or b.classes is None else np.concatenate([a.classes, b.classes])
-    return _Rows(np.concatenate([a.keys, b.keys]), np.concatenate([a.node_types, b.node_types]), np.concatenate([a.node_ids, b.node_ids]),
-                 np.concatenate([a.embeddings, b.embeddings]), classes)
+    return _Rows(
+        np.concatenate([a.keys, b.keys]),
+        np.concatenate([a.node_types, b.node_types]),
+        np.concatenate([a.node_ids, b.node_ids]),
+        np.concatenate([a.embeddings, b.embeddings]),
+        classes,
+    )
 
 
 def sample_embeddings(inference: InferenceRecord, node_types: list[str], limit: int, seed: int, with_classes: bool) -> EmbeddingSample:

@@ -45,11 +45,19 @@ TASK_NAMES = {"node_classification": "Node classification", "link_prediction": "
 def _curves(training: TrainingRecord) -> list[Plot]:
     best, headline = training.best_epoch, training.validation_metric
     return [
-        Plot("loss.png", loss_plot(training.history, best), "training loss per epoch",
-             f"Mean training loss per epoch; the dotted line marks the best epoch ({best})."),
-        Plot("validation.png", validation_plot(training.history, best, headline), "validation metrics per epoch",
-             f"Validation metrics per epoch (solid) and the training value where recorded (dashed); "
-             f"the best epoch ({best}) has the highest validation {headline}."),
+        Plot(
+            "loss.png",
+            loss_plot(training.history, best),
+            "training loss per epoch",
+            f"Mean training loss per epoch; the dotted line marks the best epoch ({best}).",
+        ),
+        Plot(
+            "validation.png",
+            validation_plot(training.history, best, headline),
+            "validation metrics per epoch",
+            f"Validation metrics per epoch (solid) and the training value where recorded (dashed); "
+            f"the best epoch ({best}) has the highest validation {headline}.",
+        ),
     ]
 
 
@@ -71,19 +79,26 @@ def _projection(sample: EmbeddingSample, seed: int) -> Plot:
     types = ", ".join(repr(t) for t in np.unique(sample.node_types))
     share = "all" if len(sample) == sample.total else f"a uniform random sample (seed {seed}) of {len(sample):,} of the {sample.total:,}"
     title = f"{len(sample):,} of {sample.total:,} {types} nodes, " + (f"by {legend_title}" if legend_title else "one colour")
-    caption = (f"The first two principal components (numpy SVD of the centred embeddings) of {share} {types} node embeddings, "
-               f"{colour_text}. Together they hold {sum(projection.explained):.1%} of the sample's variance.")
-    return Plot("embeddings.png", projection_plot(projection, groups, legend_title, title), "2-D projection of the node embeddings", caption)
+    caption = (
+        f"The first two principal components (numpy SVD of the centred embeddings) of {share} {types} node embeddings, "
+        f"{colour_text}. Together they hold {sum(projection.explained):.1%} of the sample's variance."
+    )
+    return Plot(
+        "embeddings.png", projection_plot(projection, groups, legend_title, title), "2-D projection of the node embeddings", caption
+    )
 
 
 def _headline(training: TrainingRecord, inference: InferenceRecord, metrics: dict[str, float]) -> str:
     name = training.validation_metric
     val = training.final.get(f"val_{name}")
     epochs = training.final.get("epochs_run", len(training.history))
-    tests = ", ".join(f"test {k[len('test_'):]} {format_value(k, v)}" for k, v in metrics.items()
-                      if k.startswith("test_") and not k.endswith("_count"))
-    return (f"{TASK_NAMES[training.task_type]} on {training.target!r}: best epoch {training.best_epoch} of {epochs} run "
-            f"(validation {name} {format_value(name, val)}); {tests} from the published {inference.mode} inference output.")
+    tests = ", ".join(
+        f"test {k[len('test_') :]} {format_value(k, v)}" for k, v in metrics.items() if k.startswith("test_") and not k.endswith("_count")
+    )
+    return (
+        f"{TASK_NAMES[training.task_type]} on {training.target!r}: best epoch {training.best_epoch} of {epochs} run "
+        f"(validation {name} {format_value(name, val)}); {tests} from the published {inference.mode} inference output."
+    )
 
 
 def _inputs(training: TrainingRecord, inference: InferenceRecord) -> list[tuple[str, str]]:
@@ -93,7 +108,9 @@ def _inputs(training: TrainingRecord, inference: InferenceRecord) -> list[tuple[
     return [("model (train)", where(training.output)), (f"embeddings (infer, {inference.mode} mode)", where(inference.output))]
 
 
-def report(config: GnnflowConfig, model: storage.Uri | str, embeddings: storage.Uri | str, output: storage.Uri | str) -> storage.PublishedOutput:
+def report(
+    config: GnnflowConfig, model: storage.Uri | str, embeddings: storage.Uri | str, output: storage.Uri | str
+) -> storage.PublishedOutput:
     """Runs the step; returns the published report."""
     start = time.perf_counter()
     output = storage.parse_uri(output)
@@ -131,11 +148,20 @@ def report(config: GnnflowConfig, model: storage.Uri | str, embeddings: storage.
         staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
         published = staging.publish(
             counts={"epochs": len(training.history), "nodes_embedded": sample.total, "nodes_projected": len(sample)},
-            metadata={"model": str(training.output.root), "embeddings": str(inference.output.root), "infer_mode": inference.mode,
-                      "metrics": metrics},
+            metadata={
+                "model": str(training.output.root),
+                "embeddings": str(inference.output.root),
+                "infer_mode": inference.mode,
+                "metrics": metrics,
+            },
         )
     storage.write_text(output.join(METRICS_FILE), json.dumps(metrics, indent=2, sort_keys=True))
-    log.info("report: best epoch %d; %s; %d of %d nodes projected", training.best_epoch,
-             ", ".join(f"{k}={format_value(k, v)}" for k, v in metrics.items() if k.startswith("test_")), len(sample), sample.total)
+    log.info(
+        "report: best epoch %d; %s; %d of %d nodes projected",
+        training.best_epoch,
+        ", ".join(f"{k}={format_value(k, v)}" for k, v in metrics.items() if k.startswith("test_")),
+        len(sample),
+        sample.total,
+    )
     log.info("report: published %s in %.1fs; page %s", output, time.perf_counter() - start, published.uri(PAGE_FILE))
     return published

@@ -101,16 +101,22 @@ def _known_part_rows(preprocessed: storage.PublishedOutput, plan: TypeShards) ->
 
 
 def write_with_beam(
-    config: GnnflowConfig, preprocessed: storage.PublishedOutput, plans: dict[str, TypeShards],
-    staging: storage.OutputStaging, image: str | None,
+    config: GnnflowConfig,
+    preprocessed: storage.PublishedOutput,
+    plans: dict[str, TypeShards],
+    staging: storage.OutputStaging,
+    image: str | None,
 ) -> dict[str, tuple[list[str], list[int]]]:
     """Writes every shard (and copies the id maps) on Beam; returns each folder's shards and counts."""
     plans = {folder: _known_part_rows(preprocessed, plan) for folder, plan in plans.items()}
     tasks: list[Any] = [task for plan in plans.values() for task in shard_tasks(plan)]
     tasks += [CopyTask(p) for p in preprocessed.manifest.files if p.startswith("id_maps/")]
     output, generation = str(staging.output), staging.generation
-    log.info("serialize: %d shard(s) and %d id-map part(s) to write", sum(isinstance(t, ShardTask) for t in tasks),
-             sum(isinstance(t, CopyTask) for t in tasks))
+    log.info(
+        "serialize: %d shard(s) and %d id-map part(s) to write",
+        sum(isinstance(t, ShardTask) for t in tasks),
+        sum(isinstance(t, CopyTask) for t in tasks),
+    )
 
     def build(pipeline: Any) -> None:
         import apache_beam as beam

@@ -1,8 +1,8 @@
 """The KFP component of step serialize: the preprocessed Dataset in, TFRecord shards (a Dataset) out."""
 
 from kfp import dsl
-from kfp.dsl.python_component import PythonComponent
 from kfp.dsl import Dataset, Input, Output
+from kfp.dsl.python_component import PythonComponent
 
 
 def serialize(config: str, overrides: str, image: str, preprocessed: Input[Dataset], tfrecords: Output[Dataset]) -> None:

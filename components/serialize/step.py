@@ -68,7 +68,8 @@ def _features(batch: pa.RecordBatch, dim: int) -> np.ndarray:
 def _encode_batch(batch: pa.RecordBatch, int_columns: Sequence[str], dim: int, first_row: int) -> bytes:
     """Records of one batch; ``edge_id`` is not a column but the row's position in its type."""
     ints = {
-        name: np.arange(first_row, first_row + batch.num_rows, dtype=np.int64) if name == "edge_id"
+        name: np.arange(first_row, first_row + batch.num_rows, dtype=np.int64)
+        if name == "edge_id"
         else batch.column(batch.schema.get_field_index(name)).to_numpy().astype(np.int64)
         for name in int_columns
     }
@@ -90,7 +91,7 @@ def _shard_pieces(batches: Iterator[pa.RecordBatch], per_shard: int, num_shards:
             in_shard += take
 
 
-def write_shards(staging: storage.OutputStaging, plan: "TypeShards", batches: Iterator[pa.RecordBatch]) -> tuple[list[str], list[int]]:
+def write_shards(staging: storage.OutputStaging, plan: TypeShards, batches: Iterator[pa.RecordBatch]) -> tuple[list[str], list[int]]:
     """Streams the type's batches into its shards (near-equal row counts); returns their paths
     and record counts."""
     paths = plan.shard_paths()
@@ -145,11 +146,29 @@ def plan_shards(schema: GraphSchema, options: SerializeSpec) -> dict[str, TypeSh
     plans: list[TypeShards] = []
     for name, node in schema.node_types.items():
         ints = ["node_id", *(["label"] if node.label_vocabulary is not None else []), "split"]
-        plans.append(TypeShards(f"nodes/{name}", node.files, node.file_rows, node.count,
-                                shard_count(node.count, node.feature_dim, options), ints, node.feature_dim))
+        plans.append(
+            TypeShards(
+                f"nodes/{name}",
+                node.files,
+                node.file_rows,
+                node.count,
+                shard_count(node.count, node.feature_dim, options),
+                ints,
+                node.feature_dim,
+            )
+        )
     for name, edge in schema.edge_types.items():
-        plans.append(TypeShards(f"edges/{name}", edge.files, edge.file_rows, edge.count,
-                                shard_count(edge.count, edge.feature_dim, options), ["edge_id", "src", "dst", "split"], edge.feature_dim))
+        plans.append(
+            TypeShards(
+                f"edges/{name}",
+                edge.files,
+                edge.file_rows,
+                edge.count,
+                shard_count(edge.count, edge.feature_dim, options),
+                ["edge_id", "src", "dst", "split"],
+                edge.feature_dim,
+            )
+        )
     return {p.folder: p for p in plans}
 
 
@@ -187,8 +206,12 @@ def serialize(
 
 
 def _publish(
-    staging: storage.OutputStaging, config: GnnflowConfig | None, preprocessed: storage.PublishedOutput,
-    schema: GraphSchema, plans: dict[str, TypeShards], written: dict[str, tuple[list[str], list[int]]],
+    staging: storage.OutputStaging,
+    config: GnnflowConfig | None,
+    preprocessed: storage.PublishedOutput,
+    schema: GraphSchema,
+    plans: dict[str, TypeShards],
+    written: dict[str, tuple[list[str], list[int]]],
 ) -> storage.PublishedOutput:
     record_format: dict[str, dict] = {"node_types": {}, "edge_types": {}}
     node_types, edge_types = {}, {}
@@ -207,7 +230,9 @@ def _publish(
     if config is not None:
         staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
     counts = {f"nodes.{k}": v.count for k, v in node_types.items()} | {f"edges.{k}": v.count for k, v in edge_types.items()}
-    return staging.publish(counts=counts, metadata={"source": str(preprocessed.root), "source_generation": preprocessed.manifest.generation})
+    return staging.publish(
+        counts=counts, metadata={"source": str(preprocessed.root), "source_generation": preprocessed.manifest.generation}
+    )
 
 
 def read_graph_metadata(serialized: storage.PublishedOutput) -> GraphSchema:

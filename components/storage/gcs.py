@@ -10,8 +10,8 @@ import contextlib
 import functools
 import os
 import tempfile
-from collections.abc import Iterator
-from typing import BinaryIO, Callable, TypeVar
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, TypeVar
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import storage as gcs  # type: ignore[attr-defined]  # a namespace package mypy does not resolve

@@ -38,7 +38,7 @@ class FileEntry:
     crc32c: str
 
     @staticmethod
-    def of(data: bytes) -> "FileEntry":
+    def of(data: bytes) -> FileEntry:
         return FileEntry(len(data), f"{google_crc32c.value(data):08x}")
 
 
@@ -58,7 +58,7 @@ class Manifest:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 
     @staticmethod
-    def from_json(text: str, source: str) -> "Manifest":
+    def from_json(text: str, source: str) -> Manifest:
         try:
             raw = json.loads(text)
             raw["files"] = {k: FileEntry(**v) for k, v in raw["files"].items()}
@@ -98,8 +98,7 @@ def open_published(output: Uri | str, *, step: str | None = None) -> PublishedOu
     manifest_uri = root.join(MANIFEST_NAME)
     if not files.exists(manifest_uri):
         raise GnnflowError(
-            f"{root} is not a published output: {MANIFEST_NAME} is missing "
-            "(the step that writes it never ran or did not finish)"
+            f"{root} is not a published output: {MANIFEST_NAME} is missing (the step that writes it never ran or did not finish)"
         )
     manifest = Manifest.from_json(files.read_text(manifest_uri), str(manifest_uri))
     if step is not None and manifest.step != step:
@@ -126,7 +125,7 @@ class _ChecksummingWriter:
 
 def new_generation() -> str:
     """A fresh generation folder name: sortable by time, unique across concurrent writers."""
-    return f"gen-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+    return f"gen-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
 
 
 class OutputStaging:
@@ -165,7 +164,7 @@ class OutputStaging:
         manifest = Manifest(
             step=self.step,
             generation=self.generation,
-            created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             files=dict(sorted(self.entries.items())),
             counts=dict(counts or {}),
             metadata=dict(metadata or {}),

@@ -19,7 +19,7 @@ from components.errors import GnnflowError
 class Uri:
     """Base of :class:`LocalUri` and :class:`GcsUri`; build one with :func:`parse_uri`."""
 
-    def join(self, *parts: str) -> "Uri":
+    def join(self, *parts: str) -> Uri:
         raise NotImplementedError
 
     @property
@@ -34,7 +34,7 @@ class LocalUri(Uri):
 
     path: str
 
-    def join(self, *parts: str) -> "LocalUri":
+    def join(self, *parts: str) -> LocalUri:
         return LocalUri(os.path.join(self.path, *(p.strip("/") for p in parts)))
 
     @property
@@ -42,7 +42,7 @@ class LocalUri(Uri):
         return os.path.basename(self.path.rstrip("/"))
 
     @property
-    def parent(self) -> "LocalUri":
+    def parent(self) -> LocalUri:
         return LocalUri(os.path.dirname(self.path.rstrip("/")))
 
     def __str__(self) -> str:
@@ -56,7 +56,7 @@ class GcsUri(Uri):
     bucket: str
     key: str = ""
 
-    def join(self, *parts: str) -> "GcsUri":
+    def join(self, *parts: str) -> GcsUri:
         key = posixpath.join(self.key, *(p.strip("/") for p in parts)) if parts else self.key
         return GcsUri(self.bucket, key.lstrip("/"))
 
@@ -65,7 +65,7 @@ class GcsUri(Uri):
         return posixpath.basename(self.key.rstrip("/"))
 
     @property
-    def parent(self) -> "GcsUri":
+    def parent(self) -> GcsUri:
         return GcsUri(self.bucket, posixpath.dirname(self.key.rstrip("/")))
 
     @property
@@ -77,7 +77,7 @@ class GcsUri(Uri):
         return f"gs://{self.bucket}/{self.key}"
 
 
-def parse_uri(value: "str | os.PathLike[str] | Uri") -> Uri:
+def parse_uri(value: str | os.PathLike[str] | Uri) -> Uri:
     """Turns ``gs://b/k``, ``file:///p``, an absolute or a relative path into a typed URI.
 
     Relative paths are resolved against the working directory now, so that a URI keeps
@@ -102,7 +102,7 @@ def relative_to(uri: Uri, root: Uri) -> str:
     """The part of ``uri`` below ``root``, with ``/`` separators."""
     if isinstance(uri, GcsUri) and isinstance(root, GcsUri) and uri.bucket == root.bucket:
         if uri.key.startswith(root.prefix):
-            return uri.key[len(root.prefix):]
+            return uri.key[len(root.prefix) :]
     if isinstance(uri, LocalUri) and isinstance(root, LocalUri):
         rel = os.path.relpath(uri.path, root.path)
         if not rel.startswith(".."):

@@ -114,8 +114,7 @@ def _values(buf: bytes, want: str, items: Items) -> list[int] | np.ndarray:
 def _check(source: str, index: int, key: bytes, want: str, width: int, kind: str, count: int) -> None:
     names = {"i": "int64_list", "f": "float_list", "b": "bytes_list"}
     if kind not in ("", want) and count:
-        raise GnnflowError(f"{source}: record {index}: feature {key.decode()!r} is a {names[kind]}, "
-                           f"expected {names[want]}")
+        raise GnnflowError(f"{source}: record {index}: feature {key.decode()!r} is a {names[kind]}, expected {names[want]}")
     if count != width:
         raise GnnflowError(f"{source}: record {index}: feature {key.decode()!r} has {count} values, expected {width}")
 
@@ -161,8 +160,7 @@ def _template(buf: bytes, index: int, source: str, wanted: Wanted) -> list[tuple
 _FAST_MIN = 16  # below this many same-length records, matching a template costs more than parsing
 
 
-def _decode_block(mat: np.ndarray, index: np.ndarray, wanted: Wanted, source: str, out: dict[bytes, np.ndarray]
-                  ) -> np.ndarray:
+def _decode_block(mat: np.ndarray, index: np.ndarray, wanted: Wanted, source: str, out: dict[bytes, np.ndarray]) -> np.ndarray:
     """Decode the rows of `mat` ((m, length) uint8, one record per row, maybe a strided view of a
     file) into rows index[i] (increasing) of `out`; returns the positions of the rows left over.
     Records of one length written by the same code mostly share a byte layout: parse one, check
@@ -176,7 +174,7 @@ def _decode_block(mat: np.ndarray, index: np.ndarray, wanted: Wanted, source: st
         # Per byte, what must match the template: all bits (structure), the continuation bit (int
         # payload), nothing (floats); compared bytes are gathered in one compact, cache-sized matrix.
         care = np.full(mat.shape[1], 0xFF, np.uint8)
-        for key, s, e, lens in layout:
+        for _, s, e, lens in layout:
             care[s:e] = 0x80 if lens else 0
         kept = np.pad(care != 0, 1).astype(np.int8)
         spans = np.flatnonzero(np.diff(kept)).reshape(-1, 2)  # runs [a, b) of compared bytes
@@ -192,14 +190,13 @@ def _decode_block(mat: np.ndarray, index: np.ndarray, wanted: Wanted, source: st
                 out[key][rows] = sub[:, s:e].view("<f4")  # the last axis is contiguous: a view, one copy
             elif lens:
                 shifts = np.concatenate([np.arange(0, 7 * ln, 7, dtype=np.uint64) for ln in lens])
-                bits = (compact[:, at[s]:at[s] + e - s] & 0x7F).astype(np.uint64) << shifts
+                bits = (compact[:, at[s] : at[s] + e - s] & 0x7F).astype(np.uint64) << shifts
                 out[key][rows] = np.bitwise_or.reduceat(bits, np.cumsum([0] + lens[:-1]), axis=1).view(np.int64)
         rest = rest[~ok]
     return rest
 
 
-def _decode_into(records: Sequence[bytes], index: np.ndarray, wanted: Wanted, source: str,
-                 out: dict[bytes, np.ndarray]) -> None:
+def _decode_into(records: Sequence[bytes], index: np.ndarray, wanted: Wanted, source: str, out: dict[bytes, np.ndarray]) -> None:
     """Decode records[i] into row index[i] (increasing) of `out`, by blocks of one length where possible."""
     lengths = np.fromiter(map(len, records), np.int64, len(records))
     order = np.argsort(lengths, kind="stable")
@@ -220,8 +217,9 @@ def _result(out: dict[bytes, np.ndarray]) -> dict[str, np.ndarray]:
     return {k.decode(): (v[:, 0] if v.shape[1] == 1 else v) for k, v in out.items()}
 
 
-def decode_examples(records: Sequence[bytes], int64_keys: Mapping[str, int], float_keys: Mapping[str, int],
-                    *, source: str = "records") -> dict[str, np.ndarray]:
+def decode_examples(
+    records: Sequence[bytes], int64_keys: Mapping[str, int], float_keys: Mapping[str, int], *, source: str = "records"
+) -> dict[str, np.ndarray]:
     """Parse serialized `tf.train.Example`s into arrays.
 
     Args:
@@ -242,8 +240,14 @@ def decode_examples(records: Sequence[bytes], int64_keys: Mapping[str, int], flo
     return _result(out)
 
 
-def decode_tfrecord_file(data: bytes | bytearray | memoryview, int64_keys: Mapping[str, int],
-                         float_keys: Mapping[str, int], *, source: str, verify_crc: bool = True) -> dict[str, np.ndarray]:
+def decode_tfrecord_file(
+    data: bytes | bytearray | memoryview,
+    int64_keys: Mapping[str, int],
+    float_keys: Mapping[str, int],
+    *,
+    source: str,
+    verify_crc: bool = True,
+) -> dict[str, np.ndarray]:
     """Parse a whole TFRecord file's bytes into arrays, in file order: what
     `decode_examples(list(iter_records(...)), ...)` returns, without a bytes object per record.
     Runs of equal-length records (what `encode_examples` writes) decode straight from strided
@@ -257,12 +261,17 @@ def decode_tfrecord_file(data: bytes | bytearray | memoryview, int64_keys: Mappi
     left, first = [], 0  # left: records for the general path, as (data offsets, data length, record numbers)
     for pos, length, count in runs:
         index = np.arange(first, first + count)
-        rest = (_decode_block(buf[pos:pos + count * (length + 16)].reshape(count, length + 16)[:, 12:12 + length],
-                              index, wanted, source, out) if count >= _FAST_MIN else index - first)
+        rest = (
+            _decode_block(
+                buf[pos : pos + count * (length + 16)].reshape(count, length + 16)[:, 12 : 12 + length], index, wanted, source, out
+            )
+            if count >= _FAST_MIN
+            else index - first
+        )
         if len(rest):
             left.append((pos + 12 + rest * (length + 16), length, index[rest]))
         first += count
     if left:
-        records = [raw[p:p + length] for starts, length, _ in left for p in starts.tolist()]
+        records = [raw[p : p + length] for starts, length, _ in left for p in starts.tolist()]
         _decode_into(records, np.concatenate([index for _, _, index in left]), wanted, source, out)
     return _result(out)

@@ -13,9 +13,9 @@ from components.errors import GnnflowError
 from components.tfrecord.framing import _MASK_DELTA, _U64, _VARINT_STEPS, _masked_crc, _varint
 
 
-
-def _as_columns(int64_features: Mapping[str, np.ndarray], float_features: Mapping[str, np.ndarray]
-                ) -> tuple[int, dict[bytes, np.ndarray], dict[bytes, np.ndarray]]:
+def _as_columns(
+    int64_features: Mapping[str, np.ndarray], float_features: Mapping[str, np.ndarray]
+) -> tuple[int, dict[bytes, np.ndarray], dict[bytes, np.ndarray]]:
     """Validate inputs; ints become (n, k) uint64 bit patterns, floats (n, 4d) uint8 of float32 LE."""
     ints: dict[bytes, np.ndarray] = {}
     floats: dict[bytes, np.ndarray] = {}
@@ -24,8 +24,10 @@ def _as_columns(int64_features: Mapping[str, np.ndarray], float_features: Mappin
         for name, arr in features.items():
             a = np.asarray(arr)
             if a.ndim not in (1, 2) or not np.issubdtype(a.dtype, np.integer if is_int else np.number):
-                raise GnnflowError(f"{'int64' if is_int else 'float'} feature {name!r}: need a numeric array of "
-                                   f"shape (n,) or (n, k), got {a.dtype} {a.shape}")
+                raise GnnflowError(
+                    f"{'int64' if is_int else 'float'} feature {name!r}: need a numeric array of "
+                    f"shape (n,) or (n, k), got {a.dtype} {a.shape}"
+                )
             if name in rows:
                 raise GnnflowError(f"feature {name!r} is given both as int64 and as float")
             rows[name] = len(a)
@@ -104,12 +106,12 @@ def encode_examples(int64_features: Mapping[str, np.ndarray], float_features: Ma
     # is constant bytes, a ready (m, w) uint8 block, or (float source, rows) gathered at fill time.
     plans: list[tuple[int, int, list]] = []
     for g, row0 in enumerate(first):
-        group_rows = order[bounds[g]:bounds[g + 1]]
+        group_rows = order[bounds[g] : bounds[g + 1]]
         rows: np.ndarray | slice = slice(None) if len(group_rows) == n else group_rows  # one group: no gathered copies
         segs: list = []
         for key, kind in key_order:
             if kind == "i":
-                lens = sig[row0, col_start[key]:col_start[key] + ints[key].shape[1]].tolist()
+                lens = sig[row0, col_start[key] : col_start[key] + ints[key].shape[1]].tolist()
                 segs.append(_entry_header(key, 0x1A, sum(lens)))
                 segs.extend(_varint_block(ints[key][rows, j], ln) for j, ln in enumerate(lens))
             else:
@@ -124,15 +126,16 @@ def encode_examples(int64_features: Mapping[str, np.ndarray], float_features: Ma
     out = np.empty(sum(m * (data_len + 16) for m, data_len, _ in plans), np.uint8)
     offset = 0
     for m, data_len, segs in plans:
-        mat = out[offset:offset + m * (data_len + 16)].reshape(m, data_len + 16)
+        mat = out[offset : offset + m * (data_len + 16)].reshape(m, data_len + 16)
         offset += mat.size
         col = 0
         for seg in segs:
             width = _width(seg)
-            mat[:, col:col + width] = (np.frombuffer(seg, np.uint8) if isinstance(seg, bytes)
-                                       else seg if isinstance(seg, np.ndarray) else seg[0][seg[1]])
+            mat[:, col : col + width] = (
+                np.frombuffer(seg, np.uint8) if isinstance(seg, bytes) else seg if isinstance(seg, np.ndarray) else seg[0][seg[1]]
+            )
             col += width
-        crc = np.fromiter(map(google_crc32c.value, map(bytes, mat[:, 12:12 + data_len])), np.uint32, m)
+        crc = np.fromiter(map(google_crc32c.value, map(bytes, mat[:, 12 : 12 + data_len])), np.uint32, m)
         masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
         mat[:, -4:] = masked.astype("<u4").view(np.uint8).reshape(m, 4)
     return out.tobytes()
@@ -146,8 +149,7 @@ class TFRecordWriter:
         self.records_written = 0
         self.bytes_written = 0
 
-    def write_examples(self, int64_features: Mapping[str, np.ndarray],
-                       float_features: Mapping[str, np.ndarray]) -> int:
+    def write_examples(self, int64_features: Mapping[str, np.ndarray], float_features: Mapping[str, np.ndarray]) -> int:
         """Encode n Examples (shapes and order as in `encode_examples`) and write them; returns n."""
         data = encode_examples(int64_features, float_features)
         n = len(next(iter([*int64_features.values(), *float_features.values()])))

@@ -48,17 +48,19 @@ def _frame(raw: bytes, buf: np.ndarray, source: str, verify_crc: bool) -> list[t
         if size - pos < 12:
             raise GnnflowError(f"{source}: truncated TFRecord header at record {index} (byte offset {pos})")
         (length,) = struct.unpack_from("<Q", raw, pos)
-        if verify_crc and struct.unpack_from("<I", raw, pos + 8)[0] != _masked_crc(raw[pos:pos + 8]):
+        if verify_crc and struct.unpack_from("<I", raw, pos + 8)[0] != _masked_crc(raw[pos : pos + 8]):
             raise GnnflowError(f"{source}: corrupt length crc at record {index} (byte offset {pos})")
         stride, count, step = length + 16, 1, 64
         most = (size - pos) // stride  # complete records left if all had this length
         if not most:
-            raise GnnflowError(f"{source}: truncated TFRecord at record {index} (byte offset {pos}): "
-                               f"{length + 4} bytes of data and crc expected, {size - pos - 12} present")
-        while count < most and raw[pos + count * stride:pos + count * stride + 12] == raw[pos:pos + 12]:
+            raise GnnflowError(
+                f"{source}: truncated TFRecord at record {index} (byte offset {pos}): "
+                f"{length + 4} bytes of data and crc expected, {size - pos - 12} present"
+            )
+        while count < most and raw[pos + count * stride : pos + count * stride + 12] == raw[pos : pos + 12]:
             end = min(most, count + step)
-            block = buf[pos + count * stride:pos + end * stride].reshape(end - count, stride)[:, :12]
-            differ = np.flatnonzero((block != buf[pos:pos + 12]).any(axis=1))
+            block = buf[pos + count * stride : pos + end * stride].reshape(end - count, stride)[:, :12]
+            differ = np.flatnonzero((block != buf[pos : pos + 12]).any(axis=1))
             count, step = (count + int(differ[0])) if differ.size else end, step * 2
         stop = pos + count * stride
         if verify_crc:
@@ -66,8 +68,7 @@ def _frame(raw: bytes, buf: np.ndarray, source: str, verify_crc: bool) -> list[t
             crc = np.fromiter(map(google_crc32c.value, data), np.uint32, count)
             masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
             if (bad := np.flatnonzero(masked != buf[pos:stop].reshape(count, stride)[:, -4:].view("<u4")[:, 0])).size:
-                raise GnnflowError(f"{source}: corrupt data crc at record {index + int(bad[0])} "
-                                   f"(byte offset {pos + int(bad[0]) * stride})")
+                raise GnnflowError(f"{source}: corrupt data crc at record {index + int(bad[0])} (byte offset {pos + int(bad[0]) * stride})")
         runs.append((pos, length, count))
         pos, index = stop, index + count
     return runs
@@ -83,4 +84,4 @@ def iter_records(stream: BinaryIO, *, source: str, verify_crc: bool = True) -> I
     """
     raw = bytes(stream.read() or b"")
     for pos, length, count in _frame(raw, np.frombuffer(raw, np.uint8), source, verify_crc):
-        yield from (raw[p:p + length] for p in range(pos + 12, pos + count * (length + 16), length + 16))
+        yield from (raw[p : p + length] for p in range(pos + 12, pos + count * (length + 16), length + 16))

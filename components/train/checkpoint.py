@@ -30,9 +30,11 @@ def fingerprint(config: GnnflowConfig, partitions_generation: str, world_size: i
     """What must match for a checkpoint to be resumed: everything that shapes the epochs trained
     so far, not how many there are to be."""
     shaping = {
-        "task": config.task.model_dump(mode="json"), "model": config.model.model_dump(mode="json"),
+        "task": config.task.model_dump(mode="json"),
+        "model": config.model.model_dump(mode="json"),
         "training": config.training.model_dump(mode="json", exclude=_RESUMABLE_CHANGES),
-        "partitions": partitions_generation, "world_size": world_size,
+        "partitions": partitions_generation,
+        "world_size": world_size,
     }
     return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
 

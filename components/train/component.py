@@ -1,8 +1,8 @@
 """The KFP component of step train: partitions in, the model and its final metrics out."""
 
 from kfp import dsl
-from kfp.dsl.python_component import PythonComponent
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
+from kfp.dsl.python_component import PythonComponent
 
 
 def train(config: str, overrides: str, replicas: int, partitions: Input[Dataset], model: Output[Model], metrics: Output[Metrics]) -> None:

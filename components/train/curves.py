@@ -50,8 +50,11 @@ def event_file(history: Sequence[Mapping[str, object]], wall_time: float | None 
     now = time.time() if wall_time is None else wall_time
     records = [Event(wall_time=now, file_version="brain.Event:2")]
     for line in history:
-        values = [Summary.Value(tag=key, simple_value=float(value)) for key, value in line.items()
-                  if key != "epoch" and isinstance(value, numbers.Real) and not isinstance(value, bool)]
+        values = [
+            Summary.Value(tag=key, simple_value=float(value))
+            for key, value in line.items()
+            if key != "epoch" and isinstance(value, numbers.Real) and not isinstance(value, bool)
+        ]
         records.append(Event(wall_time=now, step=int(line["epoch"]), summary=Summary(value=values)))  # type: ignore[call-overload]
     name = f"events.out.tfevents.{int(now):010d}.{socket.gethostname()}.{os.getpid()}.0"
     return name, b"".join(frame_record(record.SerializeToString()) for record in records)

@@ -28,19 +28,19 @@ from torch.nn.parallel import DistributedDataParallel
 
 from components import storage
 from components.config import GnnflowConfig
-from components.launcher import WorkerContext, launch_staged
-from components.partition.dataset import node_splits, to_dist_dataset
-from components.partition.step import STEP as PARTITION_STEP
-from components.partition.store import read_partition
-from components.train import checkpoint, curves
-from components.train.full_graph import full_graph_setup
 from components.gnn.build import build_model
-from components.gnn.device import check_device, worker_placement
+from components.gnn.device import Placement, check_device, worker_placement
 from components.gnn.link_labels import training_edges
 from components.gnn.link_task import LinkTask
 from components.gnn.model import HomogeneousGCN, HomogeneousSAGE
 from components.gnn.node_task import NodeTask
 from components.gnn.sampling import RPC_THREADS, SamplingSetup
+from components.launcher import WorkerContext, launch_staged
+from components.partition.dataset import node_splits, to_dist_dataset
+from components.partition.step import STEP as PARTITION_STEP
+from components.partition.store import StoredPartition, read_partition
+from components.train import checkpoint, curves
+from components.train.full_graph import full_graph_setup
 
 log = logging.getLogger("gnnflow.train")
 
@@ -66,7 +66,7 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _sampled_setup(ctx: WorkerContext, part, config: GnnflowConfig, edge_dir: str, placement):
+def _sampled_setup(ctx: WorkerContext, part: StoredPartition, config: GnnflowConfig, edge_dir: str, placement: Placement):
     """(task, model, the DDP module an epoch trains, what to call once training is over) for
     sampled mini-batches: the partition as a GLT dataset, RPC to the peers, the loaders."""
     import graphlearn_torch as glt
@@ -82,8 +82,9 @@ def _sampled_setup(ctx: WorkerContext, part, config: GnnflowConfig, edge_dir: st
     _seed_everything(config.training.seed)
     model = build_model(schema, config, edge_dir).to(placement.device)  # initialised on the CPU: the same weights anywhere
     # Typed encoders leave parameters unused in a batch (an edge type or node type it lacks).
-    ddp = DistributedDataParallel(model, device_ids=placement.ddp_device_ids,
-                                  find_unused_parameters=not isinstance(model.encoder, (HomogeneousSAGE, HomogeneousGCN)))
+    ddp = DistributedDataParallel(
+        model, device_ids=placement.ddp_device_ids, find_unused_parameters=not isinstance(model.encoder, (HomogeneousSAGE, HomogeneousGCN))
+    )
 
     def stop() -> None:
         glt.distributed.barrier()
@@ -118,7 +119,12 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
         model.load_state_dict(state.model)
         optimizer.load_state_dict(state.optimizer)
         if ctx.rank == 0:
-            log.info("resuming from the checkpoint of epoch %d (best %.4f at epoch %d)", state.next_epoch - 1, state.best_metric, state.best_epoch)
+            log.info(
+                "resuming from the checkpoint of epoch %d (best %.4f at epoch %d)",
+                state.next_epoch - 1,
+                state.best_metric,
+                state.best_epoch,
+            )
     metric = VALIDATION_METRIC[schema.task_type]
     patience = config.training.early_stopping_patience
     _seed_everything(config.training.seed + 1000 * state.next_epoch + ctx.rank)
@@ -130,8 +136,11 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         seconds = float(slowest)
         line = {
-            "epoch": epoch, "loss": round(result.loss, 6), **{f"train_{k}": v for k, v in result.train.items() if k != "count"},
-            **{f"val_{k}": v for k, v in val.items() if k != "count"}, "seconds": round(seconds, 3),
+            "epoch": epoch,
+            "loss": round(result.loss, 6),
+            **{f"train_{k}": v for k, v in result.train.items() if k != "count"},
+            **{f"val_{k}": v for k, v in val.items() if k != "count"},
+            "seconds": round(seconds, 3),
             "batches_per_s": round(result.batches / seconds, 2) if seconds else 0.0,
             "remote_fraction": round(result.remote_fraction, 4),
         }
@@ -148,16 +157,27 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
             checkpoint.save(state, output)
             train_part = f", train {metric} {result.train[metric]:.4f}" if metric in result.train else ""
             remote = "edges read from other workers" if config.training.mode == "full_graph" else "sampled nodes remote"
-            log.info("epoch %d/%d: loss %.4f%s, val %s %.4f%s in %.1fs (%d batches, %s %.1f%%)", epoch + 1,
-                     config.training.epochs, result.loss, train_part, metric, val[metric], " *" if improved else "", seconds,
-                     result.batches, remote, 100 * result.remote_fraction)
+            log.info(
+                "epoch %d/%d: loss %.4f%s, val %s %.4f%s in %.1fs (%d batches, %s %.1f%%)",
+                epoch + 1,
+                config.training.epochs,
+                result.loss,
+                train_part,
+                metric,
+                val[metric],
+                " *" if improved else "",
+                seconds,
+                result.batches,
+                remote,
+                100 * result.remote_fraction,
+            )
         dist.barrier()  # nobody starts the next epoch before the checkpoint of this one exists
         if patience is not None and state.epochs_without_improvement >= patience:
             if ctx.rank == 0:
                 log.info("early stopping: no better validation %s for %d epochs", metric, patience)
             break
     model.load_state_dict(state.best_model or model.state_dict())
-    final = {"best_epoch": state.best_epoch, "epochs_run": state.next_epoch}
+    final: dict[str, float] = {"best_epoch": state.best_epoch, "epochs_run": state.next_epoch}
     final |= {f"val_{k}": v for k, v in task.evaluate(model, "val").items()}
     final |= {f"test_{k}": v for k, v in task.evaluate(model, "test").items()}
     task.shutdown()
@@ -167,10 +187,16 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
         buffer = io.BytesIO()
         torch.save(placement.to_host(model.state_dict()), buffer)
         staging.write_bytes("model.pt", buffer.getvalue())
-        staging.write_json("model_spec.json", {
-            "task_type": schema.task_type, "target": schema.target, "heterogeneous": schema.is_heterogeneous,
-            "edge_dir": edge_dir, "model": config.model.model_dump(mode="json"),
-        })
+        staging.write_json(
+            "model_spec.json",
+            {
+                "task_type": schema.task_type,
+                "target": schema.target,
+                "heterogeneous": schema.is_heterogeneous,
+                "edge_dir": edge_dir,
+                "model": config.model.model_dump(mode="json"),
+            },
+        )
         staging.write_bytes("metrics.jsonl", "".join(json.dumps(line) + "\n" for line in state.history).encode())
         curves.stage_curves(staging, state.history)
         staging.write_json("metrics.json", final)
@@ -190,13 +216,18 @@ def train(config: GnnflowConfig, input_uri: storage.Uri | str, output: storage.U
     job = TrainJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, config)
     log.info("train: %s → %s, %d worker(s), %s", input_uri, output, world_size, config.task.type)
     start = time.perf_counter()
-    result = launch_staged(staging, train_worker, (job,), world_size=world_size,
-                           processes_per_replica=config.resources.processes_per_replica)
+    result = launch_staged(
+        staging, train_worker, (job,), world_size=world_size, processes_per_replica=config.resources.processes_per_replica
+    )
     if result is None:  # a cluster replica that does not publish
         return None
     staging.add_entries(result["entries"])
     metrics = result["metrics"]
     published = staging.publish(counts={"epochs": metrics["epochs_run"]}, metadata={"source": str(input_uri), "metrics": metrics})
-    log.info("train: published %s in %.1fs: %s", output, time.perf_counter() - start,
-             ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()))
+    log.info(
+        "train: published %s in %.1fs: %s",
+        output,
+        time.perf_counter() - start,
+        ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()),
+    )
     return published

@@ -38,16 +38,31 @@ class TriggerSettings:
         root, account = get("GNNFLOW_PIPELINE_ROOT"), get("GNNFLOW_SERVICE_ACCOUNT")
         target: Target
         if get("GNNFLOW_KFP_HOST"):
-            target = KfpTarget(environ["GNNFLOW_KFP_HOST"], get("GNNFLOW_KFP_EXPERIMENT") or "gnnflow",
-                               get("GNNFLOW_KFP_NAMESPACE"), root, account, get("GNNFLOW_KFP_TOKEN"))
+            target = KfpTarget(
+                environ["GNNFLOW_KFP_HOST"],
+                get("GNNFLOW_KFP_EXPERIMENT") or "gnnflow",
+                get("GNNFLOW_KFP_NAMESPACE"),
+                root,
+                account,
+                get("GNNFLOW_KFP_TOKEN"),
+            )
         else:
             project = get("GNNFLOW_PROJECT") or get("GOOGLE_CLOUD_PROJECT")
-            missing = [n for n, v in (("GNNFLOW_PROJECT", project), ("GNNFLOW_REGION", get("GNNFLOW_REGION")),
-                                      ("GNNFLOW_PIPELINE_ROOT", root)) if not v]
+            missing = [
+                n
+                for n, v in (("GNNFLOW_PROJECT", project), ("GNNFLOW_REGION", get("GNNFLOW_REGION")), ("GNNFLOW_PIPELINE_ROOT", root))
+                if not v
+            ]
             if missing:
                 raise GnnflowError(f"the trigger needs {', '.join(missing)} in its environment (or GNNFLOW_KFP_HOST)")
-            target = VertexTarget(project or "", environ["GNNFLOW_REGION"], root, account, get("GNNFLOW_VERTEX_ENDPOINT"),
-                                  (get("GNNFLOW_CHECK_PIPELINE_ROOT") or "true").lower() != "false")
+            target = VertexTarget(
+                project or "",
+                environ["GNNFLOW_REGION"],
+                root,
+                account,
+                get("GNNFLOW_VERTEX_ENDPOINT"),
+                (get("GNNFLOW_CHECK_PIPELINE_ROOT") or "true").lower() != "false",
+            )
         return cls(target, get("GNNFLOW_PACKAGE"), get("GNNFLOW_IMAGE"))
 
 
@@ -60,8 +75,14 @@ def handle(payload: dict[str, Any], settings: TriggerSettings | None = None, mes
     settings = settings or TriggerSettings.from_environment()
     parsed = parse_payload(payload)
     request = RunRequest(
-        config=parsed.config_uri, overrides=parsed.overrides, display_name=parsed.display_name, labels=parsed.labels,
-        infer_mode=parsed.infer_mode, enable_caching=parsed.enable_caching, package=settings.package, image=settings.image,
+        config=parsed.config_uri,
+        overrides=parsed.overrides,
+        display_name=parsed.display_name,
+        labels=parsed.labels,
+        infer_mode=parsed.infer_mode,
+        enable_caching=parsed.enable_caching,
+        package=settings.package,
+        image=settings.image,
         job_id=job_id_for(message_id),
     )
     run = submit(request, settings.target)
@@ -91,8 +112,13 @@ def respond(body: bytes, headers: Mapping[str, str], settings: TriggerSettings |
     except (TriggerError, GnnflowError) as exc:
         log.warning("rejected: %s", exc)
         return 400, {"error": str(exc)}
-    return 200, {"job": run.name, "display_name": run.display_name, "url": run.url,
-                 "data_version": run.parameters["data_version"], "overrides": run.parameters["overrides"]}
+    return 200, {
+        "job": run.name,
+        "display_name": run.display_name,
+        "url": run.url,
+        "data_version": run.parameters["data_version"],
+        "overrides": run.parameters["overrides"],
+    }
 
 
 def cloud_function(request: Any) -> tuple[str, int, dict[str, str]]:

@@ -25,7 +25,7 @@ class TriggerPayload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     config_uri: str = Field(min_length=1, description="The config YAML (gs://); read and validated at every message.")
-    overrides: dict[str, Any] = Field(default_factory=dict, description="Dotted config keys, e.g. {\"training.epochs\": 20}.")
+    overrides: dict[str, Any] = Field(default_factory=dict, description='Dotted config keys, e.g. {"training.epochs": 20}.')
     display_name: str | None = Field(None, description="Name shown in the console (default: gnnflow-<timestamp>).")
     labels: dict[str, str] = Field(default_factory=dict, description="Vertex AI labels of the run.")
     infer_mode: Literal["sampled", "exact"] = Field("sampled", description="How the infer step computes embeddings.")
