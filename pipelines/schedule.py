@@ -44,7 +44,7 @@ from pipelines.run_request import (
     prepare_run,
 )
 from pipelines.submit import add_run_arguments, add_target_arguments, run_request_from_args, target_from_args
-from pipelines.vertex_submit import vertex_credentials, vertex_pipeline_job
+from pipelines.vertex_submit import init_vertex, vertex_credentials, vertex_pipeline_job
 
 log = logging.getLogger("gnnflow.schedule")
 
@@ -127,19 +127,6 @@ class ScheduleInfo:
 
 
 # ---------------------------------------------------------------------------------- create
-def init_vertex(target: VertexTarget) -> None:
-    """Points the Vertex SDK's resource classes at ``target``, over REST (as submissions go)."""
-    from google.cloud import aiplatform
-
-    aiplatform.init(
-        project=target.project,
-        location=target.region,
-        credentials=vertex_credentials(target),
-        api_endpoint=target.api_endpoint,
-        api_transport="rest",
-    )
-
-
 def create_schedule(request: RunRequest, target: Target, options: ScheduleOptions) -> ScheduleInfo:
     """Validates the config and its tables now, then creates the schedule."""
     if isinstance(target, KfpTarget):

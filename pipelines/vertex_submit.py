@@ -37,6 +37,19 @@ SUCCEEDED = "PIPELINE_STATE_SUCCEEDED"
 CONTEXT_WAIT_S, CONTEXT_POLL_S = 300.0, 2.0  # how long a new run's metadata context is waited for, and how often asked
 
 
+def init_vertex(target: VertexTarget) -> None:
+    """Points the Vertex SDK's resource classes at ``target``, over REST (as submissions go)."""
+    from google.cloud import aiplatform
+
+    aiplatform.init(
+        project=target.project,
+        location=target.region,
+        credentials=vertex_credentials(target),
+        api_endpoint=target.api_endpoint,
+        api_transport="rest",
+    )
+
+
 def vertex_credentials(target: VertexTarget) -> Any:
     """Anonymous credentials for a plain-HTTP endpoint; None (application default) otherwise."""
     if target.plain_http:
@@ -111,14 +124,7 @@ def _create_in_experiment(target: VertexTarget, request: RunRequest, prepared: P
     from google.cloud.aiplatform_v1.services.metadata_service import MetadataServiceClient
 
     experiment_name = target.experiment or ""
-    # The SDK's experiment classes take their endpoint from aiplatform.init.
-    aiplatform.init(
-        project=target.project,
-        location=target.region,
-        credentials=vertex_credentials(target),
-        api_endpoint=target.api_endpoint,
-        api_transport="rest",
-    )
+    init_vertex(target)  # the SDK's experiment classes take their endpoint from aiplatform.init
     try:
         experiment = aiplatform.Experiment.get_or_create(
             experiment_name, project=target.project, location=target.region, credentials=vertex_credentials(target)

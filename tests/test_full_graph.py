@@ -9,17 +9,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import pathlib
-import re
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pandas as pd
-import psutil
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -37,6 +29,7 @@ from components.partition.store import read_metadata, read_original_ids, read_pa
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.train.step import train
+from tests.train_kill import kill_a_worker_then_resume
 from tests.full_graph_workers import classifier, full_graph_pass
 from tests.test_citeseer import CITESEER
 
@@ -278,29 +271,4 @@ def test_citeseer_exact_inference_equals_full_batch_pyg(two_worker_runs, citesee
 
 @needs_citeseer
 def test_citeseer_killed_full_graph_worker_fails_fast_and_the_rerun_resumes(citeseer_parts, tmp_path):
-    config = tmp_path / "config.yaml"
-    raw = json.loads(json.dumps(CITESEER_FULL_GRAPH))
-    raw["training"] |= {"epochs": 40, "early_stopping_patience": None}
-    config.write_text(yaml.safe_dump(raw))
-    command = [sys.executable, "-m", "components.train", "--config", str(config), "--input", str(citeseer_parts[2]),
-               "--output", str(tmp_path / "model")]
-    env = os.environ | {"PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
-    checkpoint = tmp_path / "model" / "_checkpoints" / "checkpoint.pt"
-    deadline = time.monotonic() + 300
-    while not checkpoint.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    assert checkpoint.exists(), "no checkpoint was written"
-    workers = [w for w in psutil.Process(proc.pid).children() if "resource_tracker" not in " ".join(w.cmdline())]
-    victim = workers[-1]
-    victim.send_signal(signal.SIGKILL)
-    _, stderr = proc.communicate(timeout=60)  # issue 12: the step ends within 60 s of a worker's death
-    assert proc.returncode != 0
-    assert re.search(r"worker rank \d failed", stderr) and "SIGKILL" in stderr, stderr[-2000:]
-    assert "timed out" not in stderr.lower(), "stopped by the death itself, not by a peer's timeout"
-    assert not (tmp_path / "model" / "manifest.json").exists()
-
-    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "resuming from the checkpoint of epoch" in rerun.stderr
-    assert storage.open_published(tmp_path / "model", step="train").read_json("metrics.json")["epochs_run"] == 40
+    kill_a_worker_then_resume(CITESEER_FULL_GRAPH, str(citeseer_parts[2]), tmp_path, epochs=40, exit_within_s=60)  # issue 12: within 60 s

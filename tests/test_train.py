@@ -7,15 +7,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import pathlib
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
-import psutil
 import pytest
 import torch
 import yaml
@@ -30,6 +23,7 @@ from components.partition.store import read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.train.step import train
+from tests.train_kill import kill_a_worker_then_resume
 from tests.test_citeseer import CITESEER
 
 needs_citeseer = pytest.mark.skipif(not (CITESEER / "nodes.csv.gz").exists(), reason=f"CiteSeer tables not found at {CITESEER}")
@@ -127,33 +121,7 @@ def test_link_prediction(tmp_path):
 
 @needs_citeseer
 def test_killed_worker_fails_fast_and_the_rerun_resumes(tmp_path, citeseer_partitions):
-    config = tmp_path / "config.yaml"
-    raw = json.loads(json.dumps(NODE_CLASSIFICATION))
-    raw["training"] |= {"epochs": 30, "early_stopping_patience": None}
-    config.write_text(yaml.safe_dump(raw))
-    command = [sys.executable, "-m", "components.train", "--config", str(config), "--input", str(citeseer_partitions[2]),
-               "--output", str(tmp_path / "model")]
-    env = os.environ | {"PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
-    checkpoint = tmp_path / "model" / "_checkpoints" / "checkpoint.pt"
-    deadline = time.monotonic() + 300
-    while not checkpoint.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert checkpoint.exists(), "no checkpoint was written"
-    workers = psutil.Process(proc.pid).children()
-    victim = [w for w in workers if "resource_tracker" not in " ".join(w.cmdline())][-1]
-    victim.send_signal(signal.SIGKILL)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode != 0
-    assert "worker rank" in stderr and "SIGKILL" in stderr
-    assert "timed out" not in stderr.lower(), "stopped by the death itself, not by a peer's timeout"
-    assert not (tmp_path / "model" / "manifest.json").exists()
-
-    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "resuming from the checkpoint of epoch" in rerun.stderr
-    metrics = storage.open_published(tmp_path / "model", step="train").read_json("metrics.json")
-    assert metrics["epochs_run"] == 30
+    kill_a_worker_then_resume(NODE_CLASSIFICATION, str(citeseer_partitions[2]), tmp_path, epochs=30, exit_within_s=120)
 
 
 DEMO_NODES = 400
