@@ -18,9 +18,20 @@ from components.serialize.step import read_graph_metadata, serialize
 from pipelines.cli import main as gnnflow
 
 CITESEER = pathlib.Path(__file__).resolve().parents[2] / "shared" / "datasets" / "citeseer"
-pytestmark = pytest.mark.skipif(
+needs_citeseer = pytest.mark.skipif(
     not (CITESEER / "nodes.csv.gz").exists(), reason=f"CiteSeer tables not found at {CITESEER} (../shared is absent)"
 )
+pytestmark = needs_citeseer
+
+
+def citeseer_graph() -> dict:
+    """A config's ``graph`` section over the CiteSeer tables: papers with features ``f*``, labels and the
+    standard split, and citations (a new dict each call: tests change their copies)."""
+    return {
+        "nodes": [{"type": "paper", "uri": str(CITESEER / "nodes.csv.gz"), "label_column": "label", "split_column": "split",
+                   "features": [{"columns": ["f*"]}]}],
+        "edges": [{"type": "cites", "uri": str(CITESEER / "edges.csv.gz"), "src_type": "paper", "dst_type": "paper"}],
+    }
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from components.serialize.step import serialize
 from components.train.step import train
 from tests.train_kill import kill_a_worker_then_resume
 from tests.full_graph_workers import classifier, full_graph_pass
-from tests.test_citeseer import CITESEER
+from tests.test_citeseer import citeseer_graph, needs_citeseer
 
 TOLERANCE = 1e-5
 SPECS = {
@@ -182,14 +182,9 @@ def test_full_graph_config_ignores_fan_outs_and_gcn_needs_one_node_type():
 
 # CiteSeer (standard split): acceptance figures of issue 12 for training.mode full_graph.
 
-needs_citeseer = pytest.mark.skipif(not (CITESEER / "nodes.csv.gz").exists(), reason=f"CiteSeer tables not found at {CITESEER}")
 
 CITESEER_FULL_GRAPH = {
-    "graph": {
-        "nodes": [{"type": "paper", "uri": str(CITESEER / "nodes.csv.gz"), "label_column": "label", "split_column": "split",
-                   "features": [{"columns": ["f*"]}]}],
-        "edges": [{"type": "cites", "uri": str(CITESEER / "edges.csv.gz"), "src_type": "paper", "dst_type": "paper"}],
-    },
+    "graph": citeseer_graph(),
     "serialize": {"num_shards": 2},
     "resources": {"world_size": 2},
     "model": {"type": "gcn"},

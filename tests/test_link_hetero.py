@@ -30,9 +30,8 @@ from components.train.step import train
 from components.launcher import launch
 from tests.hetero_citeseer import hetero_link_config, with_label_tables, write_hetero_citeseer, write_label_tables
 from tests.link_label_workers import held_out_positives_in_messages
-from tests.test_citeseer import CITESEER
+from tests.test_citeseer import CITESEER, needs_citeseer
 
-needs_citeseer = pytest.mark.skipif(not (CITESEER / "nodes.csv.gz").exists(), reason=f"CiteSeer tables not found at {CITESEER}")
 
 # Chance is 0.5. GraphSAGE with the MLP decoder reached 0.92 on this split (0.83 with the dot product).
 MIN_TEST_ROC_AUC = 0.85

@@ -27,7 +27,7 @@ from components.partition.store import read_metadata, read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import read_graph_metadata, serialize
 from tests.partition_workers import sample_and_check
-from tests.test_citeseer import CITESEER
+from tests.test_citeseer import CITESEER, citeseer_graph
 
 NODE, EDGE = "paper", "paper__cites__paper"
 
@@ -39,11 +39,7 @@ def citeseer_tfrecords(tmp_path_factory) -> storage.PublishedOutput:
         pytest.skip(f"CiteSeer tables not found at {CITESEER}")
     root = tmp_path_factory.mktemp("citeseer")
     raw = {
-        "graph": {
-            "nodes": [{"type": "paper", "uri": str(CITESEER / "nodes.csv.gz"), "label_column": "label", "split_column": "split",
-                       "features": [{"columns": ["f*"]}]}],
-            "edges": [{"type": "cites", "uri": str(CITESEER / "edges.csv.gz"), "src_type": "paper", "dst_type": "paper"}],
-        },
+        "graph": citeseer_graph(),
         "serialize": {"num_shards": 4},
     }
     (root / "config.yaml").write_text(json.dumps(raw))

@@ -24,16 +24,11 @@ from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.train.step import train
 from tests.train_kill import kill_a_worker_then_resume
-from tests.test_citeseer import CITESEER
+from tests.test_citeseer import citeseer_graph, needs_citeseer
 
-needs_citeseer = pytest.mark.skipif(not (CITESEER / "nodes.csv.gz").exists(), reason=f"CiteSeer tables not found at {CITESEER}")
 
 NODE_CLASSIFICATION = {
-    "graph": {
-        "nodes": [{"type": "paper", "uri": str(CITESEER / "nodes.csv.gz"), "label_column": "label", "split_column": "split",
-                   "features": [{"columns": ["f*"]}]}],
-        "edges": [{"type": "cites", "uri": str(CITESEER / "edges.csv.gz"), "src_type": "paper", "dst_type": "paper"}],
-    },
+    "graph": citeseer_graph(),
     "serialize": {"num_shards": 2},
     "resources": {"world_size": 2},
     # One mini-batch per worker and epoch (120 training nodes): the plain full-batch recipe. 120
