@@ -21,7 +21,7 @@ from components.config import FeatureSpec, SplitSpec
 from components.errors import GnnflowError
 from components.schema import NO_LABEL, NO_SPLIT, SPLIT_CODES
 
-NUMERIC_TRANSFORMS = ("standardize", "passthrough")
+NUMERIC_TRANSFORMS = ("standardize", "passthrough", "row_normalize")
 OTHER_CATEGORY = "<other>"
 
 
@@ -201,6 +201,9 @@ def encode_features(chunk: pa.Table, groups: Sequence[FittedFeatures], source: s
             x[bad] = spec.fill_value
             if spec.transform == "standardize":
                 x = (x - np.asarray(group.means)) / np.asarray(group.stds)
+            elif spec.transform == "row_normalize":
+                norm = np.abs(x).sum(axis=1, keepdims=True)
+                x = x / np.where(norm > 0, norm, 1.0)
             parts.append(x.astype(np.float32))
             continue
         for j, name in enumerate(group.columns):

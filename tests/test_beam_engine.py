@@ -54,7 +54,8 @@ citeseer = pytest.mark.skipif(not (CITESEER / "nodes.csv.gz").exists(), reason=f
 def citeseer_config(nodes: str, edges: str) -> GnnflowConfig:
     raw = {
         "graph": {
-            "nodes": [{"type": "node", "uri": nodes, "label_column": "label", "split_column": "split", "features": [{"columns": ["f*"]}]}],
+            "nodes": [{"type": "node", "uri": nodes, "label_column": "label", "split_column": "split",
+                       "features": [{"columns": ["f*"], "transform": "row_normalize"}]}],  # as init-config proposes
             "edges": [{"type": "edge", "uri": edges}],
         },
         "task": {"split": {"train_value": "train", "val_value": "val", "test_value": "test"}},

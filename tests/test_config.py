@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import yaml
 
-from components.config import GnnflowConfig, load_config, parse_config
+from components.config import GnnflowConfig, SplitSpec, TrainingSpec, load_config, parse_config
 from components.errors import GnnflowError
-from components.starter_config import propose_config
+from components.starter_config import count_training_rows, propose_config, size_epochs
 from components.demo_graph import generate_demo_graph, write_demo_graph
 
 MINIMAL = "graph:\n  nodes: [{uri: n.csv, label_column: y}]\n  edges: [{uri: e.csv}]\n"
@@ -85,7 +86,8 @@ def test_init_config_types_every_column_and_runs_as_is(tmp_path):
     nodes, edges = write_demo_graph(generate_demo_graph(500, num_word_features=16), tmp_path / "data")
     config = propose_config(str(nodes), str(edges), id_column="node_id", src_column="src", dst_column="dst", label_column="label")
     groups = [(g.columns, g.transform) for g in config.graph.nodes[0].features]
-    assert groups == [(["w*"], "passthrough"), (["score"], "standardize"), (["venue"], "one_hot")]
+    # 16 sparse 0/1 word columns are a multi-hot vector: row-normalised.
+    assert groups == [(["w*"], "row_normalize"), (["score"], "standardize"), (["venue"], "one_hot")]
     round_trip = parse_config(config.to_yaml(), "round-trip")
     assert round_trip == config
     from components.preprocess.step import preprocess
@@ -94,6 +96,52 @@ def test_init_config_types_every_column_and_runs_as_is(tmp_path):
     schema = published.read_json("graph_schema.json")["node_types"]["node"]
     assert len(schema["feature_names"]) == 16 + 1 + 8 + 1
     assert schema["label_vocabulary"] == [f"class_{i}" for i in range(5)]
+
+
+def test_init_config_row_normalizes_only_wide_sparse_binary_runs(tmp_path):
+    rng = np.random.default_rng(0)
+    sparse = rng.random((300, 20)) < 0.05
+    dense = rng.random((300, 20)) < 0.5
+    header = ["id", "y"] + [f"tag{j}" for j in range(20)] + ["score"] + [f"d{j}" for j in range(20)] + ["age"] + [f"few{j}" for j in range(15)]
+    rows = [
+        [f"n{i}", f"c{i % 2}", *map(int, sparse[i]), f"{rng.random():.3f}", *map(int, dense[i]), 20 + i % 50, *map(int, sparse[i, :15])]
+        for i in range(300)
+    ]
+    (tmp_path / "n.csv").write_text(",".join(header) + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    (tmp_path / "e.csv").write_text("a,b\nn1,n2\n")
+    config = propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="y")
+    assert [(g.columns, g.transform) for g in config.graph.nodes[0].features] == [
+        (["tag*"], "row_normalize"),  # 20 columns, 5% ones
+        (["score"], "standardize"),
+        (["d*"], "passthrough"),  # half ones: not a sparse multi-hot vector
+        (["age"], "standardize"),
+        (["few*"], "passthrough"),  # sparse but only 15 columns
+    ]
+
+
+def test_init_config_sizes_epochs_from_the_training_rows(tmp_path):
+    # An epoch over 240 labelled training rows is one step: 200 epochs, none of them cut by early stopping.
+    assert (size_epochs(240, TrainingSpec(), 1).epochs, size_epochs(240, TrainingSpec(), 1).early_stopping_patience) == (200, 200)
+    three_steps = size_epochs(1500, TrainingSpec(batch_size=512), 1)
+    assert (three_steps.epochs, three_steps.early_stopping_patience) == (67, 67)
+    ten_steps = size_epochs(5000, TrainingSpec(batch_size=256), 2)
+    assert (ten_steps.epochs, ten_steps.early_stopping_patience) == (50, 20)
+    many = size_epochs(100_000, TrainingSpec(), 2)
+    assert (many.epochs, many.early_stopping_patience) == (50, 10)  # the defaults
+    assert size_epochs(240, TrainingSpec(early_stopping_patience=None), 1).early_stopping_patience is None
+
+    rows = "".join(f"n{i},{'' if i % 3 == 0 else 'c1'},{'train' if i % 2 else 'test'}\n" for i in range(600))
+    (tmp_path / "n.csv").write_text("id,y,s\n" + rows)
+    split = SplitSpec()
+    # Labelled (i % 3 != 0) and in the training split (odd i): 200 of 600 rows.
+    assert count_training_rows(str(tmp_path / "n.csv"), "y", "s", split, enough=10**9) == 200
+    assert count_training_rows(str(tmp_path / "n.csv"), "y", None, split, enough=10**9) == pytest.approx(400 * 0.8)
+    (tmp_path / "e.csv").write_text("a,b\nn1,n3\n")
+    config = propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b",
+                            label_column="y", split_column="s")
+    assert (config.training.epochs, config.training.early_stopping_patience) == (200, 200)
+    assert config.model.hidden_channels == 128
+    assert parse_config(config.to_yaml(), "round-trip") == config
 
 
 def test_init_config_leaves_out_near_unique_text_and_hashes_many_values(tmp_path):

@@ -66,6 +66,15 @@ def test_hashing_is_stable_and_one_hot_has_other_slot(tmp_path):
     assert node_features(published, "item").tolist() == [[1, 0], [0, 1], [1, 0], [0, 1], [1, 0]]
 
 
+def test_row_normalize_divides_each_row_by_its_l1_norm(tmp_path):
+    nodes = "node_id,label,split,x1,x2,color\na,red,train,1,3,blue\nb,blue,train,0,0,red\nc,red,val,-2,2,blue\nd,blue,test,,4,red\n"
+    features = [{"columns": ["x1", "x2"], "transform": "row_normalize", "on_missing": "fill", "fill_value": 0.0}]
+    published = preprocess(load_config(write_tiny_graph(tmp_path, nodes, "src,dst,weight\na,b,1\n", features=features)), tmp_path / "out")
+    # An all-zero row stays zero; signs are kept; a filled cell counts with its fill value.
+    assert node_features(published, "item").tolist() == [[0.25, 0.75], [0.0, 0.0], [-0.5, 0.5], [0.0, 1.0]]
+    assert published.read_json("graph_schema.json")["node_types"]["item"]["feature_names"] == ["x1", "x2"]
+
+
 def test_fitted_state_is_reused_for_new_data(tmp_path):
     preprocess(load_config(write_tiny_graph(tmp_path / "fit")), tmp_path / "fit" / "out")
     new_nodes = "node_id,label,split,x1,x2,color\nq,red,test,3.0,30,purple\nr,blue,test,100.0,0,blue\n"

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TaskType = Literal["node_classification", "link_prediction"]
-Transform = Literal["standardize", "passthrough", "one_hot", "hashing"]
+Transform = Literal["standardize", "passthrough", "row_normalize", "one_hot", "hashing"]
 
 
 class _Section(BaseModel):
@@ -21,6 +21,8 @@ class FeatureSpec(_Section):
     transform: Transform = Field(
         "passthrough",
         description="standardize: (x - mean) / std with fitted statistics; passthrough: the number as is; "
+        "row_normalize: each row's values in the group divided by their sum of absolute values (all-zero rows stay "
+        "zero), as for multi-hot bag-of-words columns; "
         "one_hot: one slot per category seen in the data (up to max_categories, rest in an 'other' slot); "
         "hashing: num_buckets slots chosen by a stable hash of the value.",
     )
