@@ -20,6 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -32,6 +33,7 @@ from components.config import (
     ModelSpec,
     NodeTableSpec,
     OutputSpec,
+    PreprocessSpec,
     SplitSpec,
     TaskSpec,
     TaskType,
@@ -133,25 +135,29 @@ def _check(uri: str, header: Sequence[str], columns: Sequence[str | None]) -> No
     tables.check_columns(storage.parse_uri(uri), header, [c for c in columns if c])
 
 
-def count_training_rows(uri: str, label_column: str | None, split_column: str | None, split: SplitSpec, *, enough: int) -> float:
+def count_training_rows(
+    uri: str, label_column: str | None, split_column: str | None, split: SplitSpec, reading: PreprocessSpec, *, enough: int
+) -> float:
     """Training rows of a node table (labelled ones) or an edge table (every row), counted file by
     file until ``enough``: rows whose split column holds ``split.train_value``, or all of them times
     the random split's training fraction."""
     files = storage.expand_files(uri)
-    fmt = tables.file_format(files[0])
     columns = {c: pa.string() for c in (label_column, split_column) if c}
+    share = 1.0 if split_column else split.train
+    chunks = tables.iter_chunks(
+        files, columns or None, tables.file_format(files[0]), block_bytes=reading.csv_block_bytes, batch_rows=reading.parquet_batch_rows
+    )
     count = 0.0
-    for chunk in tables.iter_chunks(files, columns or None, fmt, block_bytes=1 << 24, batch_rows=1 << 16):
-        keep = pa.array([True] * chunk.table.num_rows)
+    for chunk in chunks:
+        keep = pa.array(np.ones(chunk.table.num_rows, dtype=bool))
         if label_column:
-            label = chunk.table.column(label_column)
-            keep = pc.and_(keep, pc.fill_null(pc.not_equal(label, ""), False))
+            keep = pc.and_(keep, pc.fill_null(pc.not_equal(chunk.table.column(label_column), ""), False))
         if split_column:
             keep = pc.and_(keep, pc.fill_null(pc.equal(chunk.table.column(split_column), split.train_value), False))
-        count += pc.sum(pc.cast(keep, pa.int64())).as_py() or 0
-        if (count if split_column else count * split.train) >= enough:
+        count += share * (pc.sum(pc.cast(keep, pa.int64())).as_py() or 0)
+        if count >= enough:
             break
-    return count if split_column else count * split.train
+    return count
 
 
 def size_epochs(training_rows: float, training: TrainingSpec, world_size: int) -> TrainingSpec:
@@ -163,6 +169,12 @@ def size_epochs(training_rows: float, training: TrainingSpec, world_size: int) -
     if patience is not None:
         patience = max(patience, math.ceil(MIN_OPTIMIZER_STEPS / steps_per_epoch))
     return training.model_copy(update={"epochs": epochs, "early_stopping_patience": patience})
+
+
+def rows_keeping_defaults(training: TrainingSpec, world_size: int) -> int:
+    """Training rows from which :func:`size_epochs` leaves both epochs and patience as they are."""
+    shortest = min(training.epochs, training.early_stopping_patience or training.epochs)
+    return math.ceil(MIN_OPTIMIZER_STEPS / shortest) * training.batch_size * world_size
 
 
 def propose_config(
@@ -225,12 +237,11 @@ def propose_config(
         model=ModelSpec(hidden_channels=PROPOSED_HIDDEN_CHANNELS),
         output=OutputSpec(root=output_root),
     )
-    # Beyond this many rows every epoch takes enough steps for the default epochs and patience.
-    enough = config.training.batch_size * config.resources.world_size * math.ceil(MIN_OPTIMIZER_STEPS / config.training.epochs)
+    enough = rows_keeping_defaults(config.training, config.resources.world_size)
     if task == "node_classification":
-        training_rows = count_training_rows(nodes, label_column, split_column, split, enough=enough)
+        training_rows = count_training_rows(nodes, label_column, split_column, split, config.preprocess, enough=enough)
     else:
-        training_rows = count_training_rows(edges, None, None, split, enough=enough)
+        training_rows = count_training_rows(edges, None, None, split, config.preprocess, enough=enough)
     training = size_epochs(training_rows, config.training, config.resources.world_size)
     return config.model_copy(update={"training": training})
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-from components.config import GnnflowConfig, SplitSpec, TrainingSpec, load_config, parse_config
+from components.config import GnnflowConfig, PreprocessSpec, SplitSpec, TrainingSpec, load_config, parse_config
 from components.errors import GnnflowError
-from components.starter_config import count_training_rows, propose_config, size_epochs
+from components.starter_config import count_training_rows, propose_config, rows_keeping_defaults, size_epochs
 from components.demo_graph import generate_demo_graph, write_demo_graph
 
 MINIMAL = "graph:\n  nodes: [{uri: n.csv, label_column: y}]\n  edges: [{uri: e.csv}]\n"
@@ -134,14 +134,26 @@ def test_init_config_sizes_epochs_from_the_training_rows(tmp_path):
     (tmp_path / "n.csv").write_text("id,y,s\n" + rows)
     split = SplitSpec()
     # Labelled (i % 3 != 0) and in the training split (odd i): 200 of 600 rows.
-    assert count_training_rows(str(tmp_path / "n.csv"), "y", "s", split, enough=10**9) == 200
-    assert count_training_rows(str(tmp_path / "n.csv"), "y", None, split, enough=10**9) == pytest.approx(400 * 0.8)
+    reading = PreprocessSpec(csv_block_bytes=1024, parquet_batch_rows=64)  # several chunks
+    assert count_training_rows(str(tmp_path / "n.csv"), "y", "s", split, reading, enough=10**9) == 200
+    assert count_training_rows(str(tmp_path / "n.csv"), "y", None, split, reading, enough=10**9) == pytest.approx(400 * 0.8)
+    assert count_training_rows(str(tmp_path / "n.csv"), "y", "s", split, reading, enough=50) < 200  # stops once enough
     (tmp_path / "e.csv").write_text("a,b\nn1,n3\n")
     config = propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b",
                             label_column="y", split_column="s")
     assert (config.training.epochs, config.training.early_stopping_patience) == (200, 200)
     assert config.model.hidden_channels == 128
     assert parse_config(config.to_yaml(), "round-trip") == config
+
+    # A table at least as large as rows_keeping_defaults keeps the defaults, epochs and patience alike,
+    # though counting stops there.
+    enough = rows_keeping_defaults(TrainingSpec(), 1)
+    assert enough == 20 * 512 and size_epochs(enough, TrainingSpec(), 1).early_stopping_patience == 10
+    many_rows = "".join(f"n{i},c{i % 2},train\n" for i in range(enough + 5000))
+    (tmp_path / "big.csv").write_text("id,y,s\n" + many_rows)
+    big = propose_config(str(tmp_path / "big.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b",
+                         label_column="y", split_column="s")
+    assert (big.training.epochs, big.training.early_stopping_patience) == (50, 10)
 
 
 def test_init_config_leaves_out_near_unique_text_and_hashes_many_values(tmp_path):
