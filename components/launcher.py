@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psutil
 
 from components import worker_resources
+from components.config.resources import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from components.errors import GnnflowError
 from components.rendezvous import host_stores, joining_hosted_store
 
@@ -73,15 +74,17 @@ class WorkerContext:
     master_port: int  # torch.distributed rendezvous (a TCPStore: the launcher's locally, rank 0's on a cluster)
     rpc_port: int  # GLT's RPC rendezvous, likewise
     stores_hosted: bool = False  # the launcher hosts both stores (see components.rendezvous)
+    rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S  # resources.rendezvous_timeout_s
 
-    def init_process_group(self, timeout_s: float = 300, backend: str = "gloo") -> None:
-        """Joins the process group of all workers (blocks until every rank has joined).
+    def init_process_group(self, backend: str = "gloo") -> None:
+        """Joins the process group of all workers (blocks until every rank has joined, at most
+        ``rendezvous_timeout_s``, which is also the collectives' timeout).
 
         ``backend``: gloo, or for workers on GPUs ``cpu:gloo,cuda:nccl`` (components/gnn/device.py).
         """
         import torch.distributed as dist
 
-        address, timeout = f"tcp://{self.master_addr}:{self.master_port}", timedelta(seconds=timeout_s)
+        address, timeout = f"tcp://{self.master_addr}:{self.master_port}", timedelta(seconds=self.rendezvous_timeout_s)
         with joining_hosted_store(self.stores_hosted):
             dist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.world_size, timeout=timeout)
 
@@ -168,6 +171,7 @@ def launch(
     processes_per_replica: int | None = None,
     environ: Mapping[str, str] = os.environ,
     start_timeout_s: float = 120,
+    rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S,
 ) -> list[R]:
     """Runs `worker(context, *args)` in each worker process of this replica; their results by rank.
 
@@ -176,14 +180,14 @@ def launch(
     On a cluster this replica starts `processes_per_replica` (default `world_size / replicas`)
     and returns their results only. `worker` must be module-level, its arguments and result
     picklable. Raises `WorkerFailed` for the first worker that raises, dies, or is not started
-    after `start_timeout_s`.
+    after `start_timeout_s`; `rendezvous_timeout_s` is how long workers wait for their peers.
     """
     if world_size < 1:
         raise GnnflowError(f"world_size must be at least 1, got {world_size}")
     cluster = cluster_from_environment(environ)
     stores = []  # referenced until the workers are done: the launcher hosts them locally
     if cluster is None:
-        stores = host_stores(2)
+        stores = host_stores(2, timeout_s=rendezvous_timeout_s)
         cluster, per_replica = ClusterSpec(1, 0, "127.0.0.1", stores[0].port, stores[1].port), world_size
     else:
         per_replica = processes_per_replica or world_size // cluster.num_replicas
@@ -193,7 +197,8 @@ def launch(
     addresses = (cluster.master_addr, cluster.master_port, cluster.rpc_port)
     first = cluster.replica_rank * per_replica
     contexts = [
-        WorkerContext(first + local, world_size, local, per_replica, *addresses, stores_hosted=bool(stores)) for local in range(per_replica)
+        WorkerContext(first + local, world_size, local, per_replica, *addresses, bool(stores), rendezvous_timeout_s)
+        for local in range(per_replica)
     ]
     logger.info("starting ranks %d-%d of %d; rendezvous %s:%d, RPC port %d", first, contexts[-1].rank, world_size, *addresses)
     # Pickled here, so that a worker the child cannot import fails in its error reporting, not its bootstrap.
@@ -210,6 +215,7 @@ def launch_staged(
     *,
     world_size: int,
     processes_per_replica: int | None = None,
+    rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S,
 ) -> R | None:
     """:func:`launch` for workers that write into ``staging``, a new generation of a step's output.
 
@@ -220,7 +226,9 @@ def launch_staged(
     cluster = cluster_from_environment()
     publishes = cluster is None or cluster.replica_rank == 0
     try:
-        results = launch(worker, args, world_size=world_size, processes_per_replica=processes_per_replica)
+        results = launch(
+            worker, args, world_size=world_size, processes_per_replica=processes_per_replica, rendezvous_timeout_s=rendezvous_timeout_s
+        )
     except BaseException:
         if publishes:
             staging.abort()

@@ -56,8 +56,8 @@ def running(step: str, config: str, overrides: str, replicas: int | None = None)
         configure()
     try:
         resolved = resolve_config(config, overrides)
-        if replicas is not None:
-            check_compiled_layout(step, resolved, replicas)
+        if replicas is not None:  # a JSON number: 2.0 where a backend passes integers as doubles
+            check_compiled_layout(step, resolved, int(replicas))
         log.info(
             "%s: config resolved (task %s, %d worker(s), runner %s)",
             step,

@@ -1,4 +1,4 @@
-"""The ``gnnflow`` command: ``init-config``, ``step NAME ...``, ``run``, ``compile``, ``submit`` and ``schedule``."""
+"""The ``gnnflow`` command: ``init-config``, ``step NAME ...``, ``run``, ``compile``, ``submit``, ``schedule`` and ``local-job``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from components.errors import GnnflowError
 from pipelines import compile as compile_command
 from pipelines import schedule as schedule_command
 from pipelines import submit as submit_command
+from pipelines.arguments import parse_set
+from pipelines.local_job import command as local_job_command
 
 STEPS = ("preprocess", "serialize", "partition", "train", "infer", "report")
 
@@ -43,31 +45,24 @@ def _step(args: argparse.Namespace) -> None:
     module.main(args.step_args)
 
 
-def _parse_set(items: Sequence[str]) -> dict[str, object]:
-    """``--set training.epochs=5`` pairs; values are YAML (numbers, booleans, lists)."""
-    import yaml
-
-    overrides: dict[str, object] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise GnnflowError(f"--set {item!r}: expected KEY=VALUE, e.g. training.epochs=5")
-        overrides[key.strip()] = yaml.safe_load(value)
-    return overrides
-
-
 def _run(args: argparse.Namespace) -> None:
-    overrides = _parse_set(args.set)
-    if args.via == "kfp-local":
+    overrides = parse_set(args.set)
+    if args.via in ("kfp-local", "kfp-docker"):
+        import os
+
         from pipelines import kfp_local
 
         if args.force:
             raise GnnflowError(
-                "--force has no effect with --via kfp-local: kfp.local runs every task on every run "
+                f"--force has no effect with --via {args.via}: kfp.local runs every task on every run "
                 "(only the plain local run skips steps whose output is up to date)"
             )
-
-        print(kfp_local.summary(kfp_local.run_from_cli(args.config, args.output, overrides, args.infer_mode)))
+        image = None
+        if args.via == "kfp-docker":
+            image = os.environ.get("GNNFLOW_IMAGE", "")
+            if not image:
+                raise GnnflowError("--via kfp-docker runs every task in the step image: set GNNFLOW_IMAGE=IMAGE (and DOCKER_HOST)")
+        print(kfp_local.summary(kfp_local.run_from_cli(args.config, args.output, overrides, args.infer_mode, image)))
         return
     from pipelines.local_run import run, summary
 
@@ -109,15 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--infer-mode", choices=["sampled", "exact"], default="sampled", help="inference mode of the infer step")
     run.add_argument(
         "--via",
-        choices=["direct", "kfp-local"],
+        choices=["direct", "kfp-local", "kfp-docker"],
         default="direct",
-        help="direct: call the steps in order, skipping up-to-date ones; kfp-local: run the compiled DAG through kfp.local",
+        help="direct: call the steps in order, skipping up-to-date ones; kfp-local: run the compiled DAG through kfp.local; "
+        "kfp-docker: the same with each task in a container of the step image $GNNFLOW_IMAGE (kfp.local's DockerRunner, "
+        "through the Docker API at $DOCKER_HOST)",
     )
     run.add_argument("--force", action="store_true", help="run every step even if its output is up to date")
     run.set_defaults(handler=_run)
     compile_command.register(commands)
     submit_command.register(commands)
     schedule_command.register(commands)
+    local_job_command.register(commands)
     return parser
 
 

@@ -1,8 +1,11 @@
-"""``gnnflow run --via kfp-local``: the compiled DAG, run on this machine by ``kfp.local``.
+"""``gnnflow run --via kfp-local`` / ``--via kfp-docker``: the compiled DAG, run on this machine by ``kfp.local``.
 
 This runs exactly what Vertex AI would, the same pipeline function, components and typed
-artifacts, with ``kfp.local``'s SubprocessRunner executing each task in this Python environment
-(nothing installed, no container). Each artifact lands where ``kfp.local`` puts it:
+artifacts. With ``kfp-local``, ``kfp.local``'s SubprocessRunner executes each task in this
+Python environment (nothing installed, no container); with ``kfp-docker``, its DockerRunner runs
+each task in a container of the step image (``$GNNFLOW_IMAGE``), as the image's own user, through
+a Docker API (``DOCKER_HOST``: Docker, or podman's ``podman system service``), with the run root
+bind-mounted at the same path. Each artifact lands where ``kfp.local`` puts it:
 ``<root>/gnnflow-<timestamp>/<task>/<output>``; the URIs come back from the pipeline's outputs
 rather than from that layout. Multi-worker steps spawn their workers inside their task, as
 with ``resources.runner: local`` on a cluster.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pathlib
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +32,8 @@ log = logging.getLogger("gnnflow.kfp_local")
 
 # kfp.local warns when an image name lacks "python"; the SubprocessRunner never uses the image.
 _IMAGE_WARNING = "You may be attemping to run a task that uses custom or non-Python base image"
+# DockerRunner: multi-worker steps share tensors through /dev/shm (64 MB by default in a container).
+_DOCKER_RUN_ARGS: dict[str, Any] = {"shm_size": "2g"}
 
 
 @dataclass(frozen=True)
@@ -57,8 +63,11 @@ def check_runnable(config: GnnflowConfig, infer_mode: str) -> None:
         )
 
 
-def run_via_kfp_local(config_text: str, overrides: dict[str, object], root: storage.LocalUri, infer_mode: str = "sampled") -> KfpLocalRun:
-    """Runs the pipeline through ``kfp.local`` with its artifacts under ``root``.
+def run_via_kfp_local(
+    config_text: str, overrides: dict[str, object], root: storage.LocalUri, infer_mode: str = "sampled", image: str | None = None
+) -> KfpLocalRun:
+    """Runs the pipeline through ``kfp.local`` with its artifacts under ``root``: each task in
+    this environment, or, with ``image``, in a container of that image (DockerRunner).
 
     ``config_text`` is the pipeline's ``config`` parameter: YAML text (relative table paths
     resolve against the working directory, so pass ``GnnflowConfig.to_yaml()`` of a loaded
@@ -79,8 +88,15 @@ def run_via_kfp_local(config_text: str, overrides: dict[str, object], root: stor
         "kfp.local: running pipeline gnnflow under %s (data version %s, %d worker(s))", root, data_version, config.resources.world_size
     )
 
-    kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=root.path, raise_on_error=True)
-    pipeline = build_pipeline(DEFAULT_IMAGE)
+    if image:
+        # The tasks write into the bind-mounted root as the image's own user (uid 1000, group 0),
+        # as on Vertex AI, whoever owns the root on this machine.
+        pathlib.Path(root.path).chmod(0o777)
+        runner: Any = kfp.local.DockerRunner(**_DOCKER_RUN_ARGS)
+    else:
+        runner = kfp.local.SubprocessRunner(use_venv=False)
+    kfp.local.init(runner=runner, pipeline_root=root.path, raise_on_error=True)
+    pipeline = build_pipeline(image or DEFAULT_IMAGE)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_IMAGE_WARNING)
         try:
@@ -102,13 +118,22 @@ def summary(run: KfpLocalRun) -> str:
     return "\n".join(lines + metric_lines(run.metrics))
 
 
-def run_from_cli(config_uri: str | None, output: str | None, overrides: dict[str, object], infer_mode: str = "sampled") -> KfpLocalRun:
-    """``gnnflow run --via kfp-local``: the demo (no config) or a config file, into a local run root."""
+def run_from_cli(
+    config_uri: str | None, output: str | None, overrides: dict[str, object], infer_mode: str = "sampled", image: str | None = None
+) -> KfpLocalRun:
+    """``gnnflow run --via kfp-local`` (or ``kfp-docker``, with ``image``): the demo (no config) or a config file, into a local run root."""
     from pipelines.local_run import demo_config, new_run_root
 
+    via = "kfp-docker" if image else "kfp-local"
     config = load_config(config_uri) if config_uri else None  # relative table paths resolve against the file's folder
     root = storage.parse_uri(output) if output else new_run_root(config.output.root if config else "runs")
     if not isinstance(root, storage.LocalUri):
-        raise GnnflowError(f"--via kfp-local writes under a local folder, not {root}: drop --via kfp-local for gs:// runs")
+        raise GnnflowError(f"--via {via} writes under a local folder, not {root}: drop --via {via} for gs:// runs")
+    if image:
+        # Containers see the root at the same absolute path (bind mount), and no other folder of
+        # this machine: the demo's tables are written under it.
+        root = storage.parse_uri(str(pathlib.Path(root.path).resolve()))
+        assert isinstance(root, storage.LocalUri)
+        pathlib.Path(root.path).mkdir(parents=True, exist_ok=True)
     config = config or demo_config(root)
-    return run_via_kfp_local(config.to_yaml(), overrides, root, infer_mode)
+    return run_via_kfp_local(config.to_yaml(), overrides, root, infer_mode, image)

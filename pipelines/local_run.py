@@ -130,7 +130,14 @@ def plan(config: GnnflowConfig, outputs: RunOutputs, infer_mode: str = "sampled"
             o.partitions,
             (o.tfrecords,),
             {**sections("partition"), **world},
-            lambda: partition(o.tfrecords, o.partitions, c.partition, c.resources.world_size, c.resources.processes_per_replica),
+            lambda: partition(
+                o.tfrecords,
+                o.partitions,
+                c.partition,
+                c.resources.world_size,
+                c.resources.processes_per_replica,
+                c.resources.rendezvous_timeout_s,
+            ),
         ),
         _PlannedStep(
             "train", o.model, (o.partitions,), {**sections("task", "model", "training"), **world}, lambda: train(c, o.partitions, o.model)

@@ -14,14 +14,12 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
 from typing import Any
-
-import yaml
 
 from components.config import parse_overrides
 from components.errors import GnnflowError
 from pipelines import kfp_submit, vertex_submit
+from pipelines.arguments import key_value_pairs, parse_set
 from pipelines.run_request import (
     KfpTarget,
     PreparedRun,
@@ -172,22 +170,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     package.add_argument("--image", help="step image to compile the pipeline for")
 
 
-def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
-    bad = [item for item in items if not item.partition("=")[0] or "=" not in item]
-    if bad:
-        raise GnnflowError(f"{flag} {bad[0]!r} must look like KEY=VALUE")
-    return dict(item.split("=", 1) for item in items)
-
-
 def run_request_from_args(args: argparse.Namespace, **extra: Any) -> RunRequest:
     overrides: dict[str, Any] = parse_overrides(args.overrides, "--overrides")
-    for key, value in _pairs(args.set, "--set").items():
-        overrides[key.strip()] = yaml.safe_load(value)  # as `gnnflow run --set`: 5 → int, true → bool
+    overrides.update(parse_set(args.set))  # as `gnnflow run --set`: 5 → int, true → bool
     return RunRequest(
         config=args.config,
         overrides=overrides,
         display_name=args.display_name,
-        labels=_pairs(args.label, "--label"),
+        labels=key_value_pairs(args.label, "--label"),
         infer_mode=args.infer_mode,
         enable_caching=args.enable_caching,
         package=args.package,

@@ -26,6 +26,7 @@ from kfp import dsl
 
 from components.config import ResourcesSpec, StepName
 from components.errors import GnnflowError
+from pipelines.vertex_machines import check_custom_job_machines
 
 TENSORBOARD_STEP: StepName = "train"  # the step whose job uploads curves to custom_job.tensorboard
 # A per-run folder for train's job (Vertex AI derives AIP_TENSORBOARD_LOG_DIR from it): resolved by Vertex AI Pipelines.
@@ -43,11 +44,12 @@ def custom_job_component(component: Any, step: StepName, resources: ResourcesSpe
 
     spec = resources.custom_job
     check_accelerator(spec.accelerator_type)
+    boot_disk_type = check_custom_job_machines(resources)
     options: dict[str, Any] = {
         "display_name": f"gnnflow-{step}",
         "replica_count": resources.replica_count,
         "machine_type": spec.machine_type,
-        "boot_disk_type": "pd-ssd",
+        "boot_disk_type": boot_disk_type,
         "boot_disk_size_gb": spec.boot_disk_gb,
         "restart_job_on_worker_restart": spec.restart_job_on_worker_restart,
         "service_account": spec.service_account or "",

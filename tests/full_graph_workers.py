@@ -27,7 +27,7 @@ def full_graph_pass(ctx: WorkerContext, case: dict) -> dict:
     aggregate over; per model: embeddings and logits of a training-mode pass, the all-reduced
     parameter gradients of the mean cross-entropy over all training nodes, and eval-mode
     embeddings (what exact inference computes), as numpy arrays."""
-    ctx.init_process_group(timeout_s=120)
+    ctx.init_process_group()
     torch.set_num_threads(1)
     counts, edge_index, x, y, train = case["counts"], case["edge_index"], case["x"], case["y"], case["train"]
     num_nodes = sum(counts)

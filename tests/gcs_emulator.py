@@ -48,8 +48,9 @@ class GcsEmulator:
     Use as a context manager, or call `start` and `stop`.
     """
 
-    def __init__(self, *, startup_timeout_s: float = 30.0) -> None:
+    def __init__(self, *, startup_timeout_s: float = 30.0, host: str = "127.0.0.1") -> None:
         self._startup_timeout_s = startup_timeout_s
+        self._host = host  # another address of this machine serves containers too
         self._process: subprocess.Popen[bytes] | None = None
         self._port: int | None = None
 
@@ -58,7 +59,7 @@ class GcsEmulator:
         """Base URL (scheme, host, port), the value `STORAGE_EMULATOR_HOST` takes."""
         if self._port is None:
             raise GcsEmulatorError("the GCS emulator is not running")
-        return f"http://127.0.0.1:{self._port}"
+        return f"http://{self._host}:{self._port}"
 
     def start(self) -> None:
         """Start the server and return once it answers API requests."""
@@ -74,7 +75,7 @@ class GcsEmulator:
                     binary,
                     "-scheme", "http",
                     "-backend", "memory",
-                    "-host", "127.0.0.1",
+                    "-host", self._host,
                     "-port", str(self._port),
                     "-external-url", self.url,
                     "-log-level", "error",

@@ -30,7 +30,7 @@ def all_reduce_rank(context: WorkerContext) -> dict[str, int]:
     import torch
     import torch.distributed as dist
 
-    context.init_process_group(timeout_s=60)
+    context.init_process_group()
     value = torch.tensor([context.rank + 1], dtype=torch.int64)
     dist.all_reduce(value)
     return {"rank": context.rank, "world_size": dist.get_world_size(), "sum": int(value.item()),
@@ -49,7 +49,7 @@ def fail_or_wait(context: WorkerContext, failure: str, record: str) -> None:
     import torch.distributed as dist
     import torch.multiprocessing
 
-    context.init_process_group(timeout_s=120)
+    context.init_process_group()
     grandchild = subprocess.Popen(["sleep", "300"])
     libc = ctypes.CDLL(None, use_errno=True)
     shmid = libc.shmget(0, 1 << 20, 0o600 | 0o1000)  # IPC_PRIVATE, IPC_CREAT
@@ -92,7 +92,7 @@ def glt_rpc_round(context: WorkerContext, fail: bool) -> list[int]:
 
     glt.distributed.init_worker_group(world_size=context.world_size, rank=context.rank, group_name="launcher-test")
     context.init_rpc(num_rpc_threads=2, rpc_timeout=60)
-    context.init_process_group(timeout_s=60)
+    context.init_process_group()
     ranks = sorted(glt.distributed.all_gather(context.rank).values())
     if fail and context.rank == 1:
         raise RuntimeError(f"RPC worker failed at rank 1, having gathered ranks {ranks}")

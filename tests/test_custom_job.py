@@ -116,6 +116,12 @@ def test_replica_pools_chief_and_workers_with_machine_disk_image_and_command(spe
         assert {**chief, "replica_count": 0} == {**workers, "replica_count": 0}  # the same spec in both pools
 
 
+def test_hyperdisk_only_families_boot_from_hyperdisk_by_default(tmp_path):
+    spec = _compile(tmp_path, "resources: {world_size: 2, runner: vertex, custom_job: {machine_type: c4-standard-8}}\n")
+    for pool in _job_inputs(spec, "train")["worker_pool_specs"]:
+        assert pool["disk_spec"]["boot_disk_type"] == "hyperdisk-balanced"
+
+
 def test_one_pool_when_every_worker_fits_one_replica(tmp_path):
     spec = _compile(tmp_path, "resources: {world_size: 4, processes_per_replica: 4, runner: vertex}\n")
     [pool] = _job_inputs(spec, "train")["worker_pool_specs"]
@@ -134,6 +140,26 @@ def test_one_pool_when_every_worker_fits_one_replica(tmp_path):
     ("runner: vertex\n  world_size: 3\n  processes_per_replica: 2", "world_size 3 is not a multiple of processes_per_replica 2"),
     ("runner: vertex\n  custom_job: {tensorboard: my-board}", "key 'resources.custom_job.tensorboard'"),
     ("runner: vertex\n  custom_job: {project: acme}", "key 'resources.custom_job.project': unknown key"),
+    ("runner: vertex\n  custom_job: {tensorboard: projects/p/locations/l/tensorboards/1}",
+     "resources.custom_job.tensorboard needs resources.custom_job.service_account"),
+    ("runner: vertex\n  custom_job: {machine_type: n1-standard-8, accelerator_type: NVIDIA_L4}",
+     "resources.custom_job.machine_type 'n1-standard-8' does not take resources.custom_job.accelerator_type NVIDIA_L4: "
+     "NVIDIA_L4 runs on g2-standard-4"),
+    ("runner: vertex\n  custom_job: {machine_type: a2-highgpu-2g, accelerator_type: NVIDIA_TESLA_A100}",
+     "resources.custom_job.accelerator_count 1: a2-highgpu-2g takes 2 NVIDIA_TESLA_A100 per machine"),
+    ("runner: vertex\n  custom_job: {machine_type: g2-standard-8}",
+     "resources.custom_job.machine_type 'g2-standard-8' comes with GPUs: set resources.custom_job.accelerator_type NVIDIA_L4 "
+     "with accelerator_count 1"),
+    ("runner: vertex\n  custom_job: {machine_type: c4-standard-8, boot_disk_type: pd-ssd}",
+     "resources.custom_job.boot_disk_type 'pd-ssd': c4-standard-8 boots only from Hyperdisk"),
+    ("runner: vertex\n  custom_job: {machine_type: n1-standard-8, boot_disk_type: hyperdisk-balanced}",
+     "resources.custom_job.boot_disk_type 'hyperdisk-balanced': n1 machines take no Hyperdisk"),
+    ("runner: vertex\n  world_size: 4\n  processes_per_replica: 2\n  custom_job: {accelerator_type: NVIDIA_TESLA_T4}",
+     "resources.processes_per_replica 2 is more than resources.custom_job.accelerator_count 1"),
+    ("runner: vertex\n  world_size: 16\n  processes_per_replica: 16\n  custom_job: {machine_type: n1-standard-8}",
+     "resources.processes_per_replica 16 is more than the 8 vCPUs of n1-standard-8"),
+    ("runner: vertex\n  custom_job: {accelerator_type: TPU_V3}", "gnnflow's steps run on CPUs or NVIDIA GPUs, not TPUs"),
+    ("runner: vertex\n  custom_job: {boot_disk_type: pd-balanced}", "key 'resources.custom_job.boot_disk_type'"),
 ])
 def test_bad_vertex_resources_are_refused_at_compile_time(tmp_path, capsys, resources, message):
     config, out = tmp_path / "config.yaml", tmp_path / "pipeline.yaml"

@@ -214,3 +214,21 @@ def test_two_replicas_of_two_processes_form_one_job() -> None:
     arenas = {"malloc_arenas": environ.get("MALLOC_ARENA_MAX", "2")}
     assert outputs[0] == [{"rank": 0, "world_size": 4, "sum": 10, **arenas}, {"rank": 1, "world_size": 4, "sum": 10, **arenas}]
     assert outputs[1] == [{"rank": 2, "world_size": 4, "sum": 10, **arenas}, {"rank": 3, "world_size": 4, "sum": 10, **arenas}]
+
+
+def test_a_peer_that_never_joins_fails_the_rendezvous_after_resources_rendezvous_timeout_s() -> None:
+    """Replica 0 of a 2-replica job whose other replica never starts: its rank waits for the
+    configured rendezvous timeout, not forever and not torch's default."""
+    environ = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2", "RANK": "0"}
+    started = time.monotonic()
+    with pytest.raises(WorkerFailed, match="rank 0 failed"):
+        launch(all_reduce_rank, world_size=2, environ=environ, rendezvous_timeout_s=5)
+    waited = time.monotonic() - started
+    assert 5 <= waited < 60, waited
+
+
+def test_the_default_rendezvous_timeout_survives_an_image_pull() -> None:
+    from components.config import ResourcesSpec
+
+    assert ResourcesSpec().rendezvous_timeout_s >= 15 * 60  # a fresh node pulls the multi-GB image first
+    assert ResourcesSpec(rendezvous_timeout_s=30).rendezvous_timeout_s == 30

@@ -10,6 +10,10 @@ from components.config.sections import _Section
 
 StepName = Literal["preprocess", "serialize", "partition", "train", "infer", "report"]
 MULTI_WORKER_STEPS: tuple[StepName, ...] = ("partition", "train", "infer")  # those that run world_size workers
+# A replica on a fresh node first pulls the 8 GB step image (several minutes) while its peers
+# already wait at the rendezvous: 15 minutes is the least that survives that, with room to spare.
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 1200.0
+BootDiskType = Literal["pd-ssd", "pd-standard", "hyperdisk-balanced"]  # what Vertex AI's DiskSpec takes
 
 
 class TaskRequests(_Section):
@@ -55,7 +59,12 @@ class CustomJobSpec(_Section):
     machine_type: str = Field("n1-standard-8", min_length=1, description="Compute Engine machine type of every replica.")
     accelerator_type: str | None = Field(None, min_length=1, description="Accelerator of every replica, e.g. NVIDIA_TESLA_T4; null: none.")
     accelerator_count: int = Field(1, ge=1, description="Accelerators per replica (with accelerator_type).")
-    boot_disk_gb: int = Field(100, ge=10, description="Boot disk (pd-ssd) of every replica, in GB.")
+    boot_disk_gb: int = Field(100, ge=10, description="Boot disk of every replica, in GB.")
+    boot_disk_type: BootDiskType | None = Field(
+        None,
+        description="Boot disk type of every replica; default: pd-ssd, or hyperdisk-balanced on machine families that "
+        "take only Hyperdisk (a3-ultragpu, a4, c4, n4, ...).",
+    )
     service_account: str | None = Field(None, description="Service account the replicas run as; default: the Vertex AI default.")
     network: str | None = Field(None, description="VPC network to peer with (projects/N/global/networks/NAME); default: none.")
     timeout_s: int | None = Field(None, gt=0, description="Longest one step's job may run, in seconds; default: Vertex AI's (7 days).")
@@ -68,8 +77,18 @@ class CustomJobSpec(_Section):
         None,
         pattern=r"^projects/[^/]+/locations/[^/]+/tensorboards/[^/]+$",
         description="Vertex AI TensorBoard (projects/P/locations/L/tensorboards/ID) that train's CustomJob uploads its curves to; "
-        "it gives train's job a per-run output directory, so train is then never taken from the cache. Default: none.",
+        "it gives train's job a per-run output directory, so train is then never taken from the cache. Default: none; "
+        "needs service_account (Vertex AI uploads the curves as that account).",
     )
+
+    @model_validator(mode="after")
+    def _tensorboard_needs_account(self) -> CustomJobSpec:
+        if self.tensorboard and not self.service_account:
+            raise ValueError(
+                "resources.custom_job.tensorboard needs resources.custom_job.service_account: Vertex AI refuses a CustomJob "
+                "with a TensorBoard and no service account (give one that may write to the TensorBoard and the pipeline root)"
+            )
+        return self
 
 
 class ResourcesSpec(_Section):
@@ -81,6 +100,13 @@ class ResourcesSpec(_Section):
         "local",
         description="Where a pipeline's multi-worker steps run (compile time): local: world_size processes inside the "
         "step's own task; vertex: a Vertex AI CustomJob of world_size / processes_per_replica replicas (see custom_job).",
+    )
+    rendezvous_timeout_s: float = Field(
+        DEFAULT_RENDEZVOUS_TIMEOUT_S,
+        gt=0,
+        description="How long the workers of a multi-worker step wait for each other to join (torch.distributed's "
+        "rendezvous, also its collectives' timeout). The default, 20 minutes, covers replicas that first pull the "
+        "multi-GB step image on a fresh node.",
     )
     requests: TaskRequests = Field(default_factory=TaskRequests, description="Requests of every pipeline task (compile time).")
     step_requests: dict[StepName, TaskRequests] = Field(

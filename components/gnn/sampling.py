@@ -13,6 +13,7 @@ from components.gnn import distinct_sampling, glt_compat
 from components.gnn.build import forward_edge_name, uses_edge_features
 from components.gnn.device import CPU_PLACEMENT, Placement
 from components.gnn.model import EdgeType
+from components.gnn.shared_memory import CHANNEL_BYTES
 from components.launcher import WorkerContext
 from components.partition.dataset import edge_type_tuple
 from components.partition.partitioner import stored_edge_types
@@ -67,7 +68,7 @@ class SamplingSetup:
             worker_concurrency=1,
             master_addr=self.ctx.master_addr,
             master_port=self._port_chosen_by_rank_zero(),
-            channel_size="256MB",
+            channel_size=CHANNEL_BYTES,
             pin_memory=self.placement.on_cuda,  # page-locked channel: faster copies to the GPU
             num_rpc_threads=RPC_THREADS,
             rpc_timeout=180,

@@ -34,6 +34,7 @@ from components.errors import GnnflowError
 from components.gnn.device import Placement, check_device, worker_placement
 from components.gnn.link_labels import hard_negative_pairs, positive_pairs, training_edges
 from components.gnn.metrics import all_sum, classification_metrics
+from components.gnn.shared_memory import check_sampling_memory
 from components.infer import shards
 from components.infer.layerwise import check_encoder, exact_outputs
 from components.infer.link_eval import link_metrics, own_embeddings
@@ -223,6 +224,8 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
     partitions = storage.open_published(job.partitions, step=PARTITION_STEP)
     part = read_partition(partitions, ctx.rank)
+    if job.mode == "sampled" and job.config.training.sampling == "multiprocess":
+        check_sampling_memory(part.nbytes, loaders=1, local_world_size=ctx.local_world_size)  # one node type's loader at a time
     schema = part.metadata.schema
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     model = restore_model(storage.open_published(job.model, step=TRAIN_STEP), schema, job.config, edge_dir)
@@ -314,7 +317,12 @@ def infer(
     log.info("infer: %s with %s → %s, %d worker(s), %s mode", partitions.root, model_output.root, output, world_size, mode)
     start = time.perf_counter()
     result = launch_staged(
-        staging, infer_worker, (job,), world_size=world_size, processes_per_replica=config.resources.processes_per_replica
+        staging,
+        infer_worker,
+        (job,),
+        world_size=world_size,
+        processes_per_replica=config.resources.processes_per_replica,
+        rendezvous_timeout_s=config.resources.rendezvous_timeout_s,
     )
     if result is None:
         return None

@@ -17,7 +17,9 @@ def partition(config: str, overrides: str, replicas: int, tfrecords: Input[Datas
     with pipeline_task.running("partition", config, overrides, replicas) as resolved:
         source, output = pipeline_task.artifact_uri(tfrecords), pipeline_task.artifact_uri(partitions)
         resources = resolved.resources
-        result = run_step(source, output, resolved.partition, resources.world_size, resources.processes_per_replica)
+        result = run_step(
+            source, output, resolved.partition, resources.world_size, resources.processes_per_replica, resources.rendezvous_timeout_s
+        )
         published = pipeline_task.published_here("partition", result, replicas)
         if published is not None:
             pipeline_task.describe(partitions, published)

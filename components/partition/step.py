@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from components import storage
 from components.config import PartitionSpec
+from components.config.resources import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from components.launcher import WorkerContext, launch_staged
 from components.partition.loading import load_graph
 from components.partition.original_ids import write_original_ids
@@ -90,7 +91,12 @@ def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage
 
 
 def partition(
-    input_uri: storage.Uri | str, output: storage.Uri | str, options: PartitionSpec, world_size: int, processes_per_replica: int = 1
+    input_uri: storage.Uri | str,
+    output: storage.Uri | str,
+    options: PartitionSpec,
+    world_size: int,
+    processes_per_replica: int = 1,
+    rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S,
 ) -> storage.PublishedOutput | None:
     """Runs the step; returns the published output (None on cluster replicas other than the first)."""
     output = storage.parse_uri(output)
@@ -99,7 +105,14 @@ def partition(
     job = PartitionJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, options)
     log.info("partition: %s → %s with %d worker(s)", input_uri, output, world_size)
     start = time.perf_counter()
-    entries = launch_staged(staging, partition_worker, (job,), world_size=world_size, processes_per_replica=processes_per_replica)
+    entries = launch_staged(
+        staging,
+        partition_worker,
+        (job,),
+        world_size=world_size,
+        processes_per_replica=processes_per_replica,
+        rendezvous_timeout_s=rendezvous_timeout_s,
+    )
     if entries is None:
         return None
     staging.add_entries(entries)

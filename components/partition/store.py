@@ -111,6 +111,11 @@ class StoredPartition:
     def edge_offset(self, edge_type: str) -> int:
         return range_offset(self.metadata.edge_counts[edge_type], self.index)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every tensor this partition holds."""
+        return sum(t.nbytes for tables in (self.nodes, self.edges) for tensors in tables.values() for t in tensors.values())
+
 
 def read_partition(partitions: storage.PublishedOutput, index: int) -> StoredPartition:
     """Reads partition ``index`` and the partition books from a published partition output."""

@@ -35,6 +35,7 @@ from components.gnn.link_task import LinkTask
 from components.gnn.model import HomogeneousGCN, HomogeneousSAGE
 from components.gnn.node_task import NodeTask
 from components.gnn.sampling import RPC_THREADS, SamplingSetup
+from components.gnn.shared_memory import check_sampling_memory
 from components.launcher import WorkerContext, launch_staged
 from components.partition.dataset import node_splits, to_dist_dataset
 from components.partition.step import STEP as PARTITION_STEP
@@ -101,6 +102,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
     torch.set_num_threads(1)  # workers share the machine's cores; oversubscription costs more than it gains
     partitions = storage.open_published(job.input, step=PARTITION_STEP)
     part = read_partition(partitions, ctx.rank)
+    if config.training.mode == "sampled" and config.training.sampling == "multiprocess":
+        check_sampling_memory(part.nbytes, loaders=3, local_world_size=ctx.local_world_size)  # train, val and test loaders
     schema = part.metadata.schema
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     if config.training.mode == "full_graph":
@@ -217,7 +220,12 @@ def train(config: GnnflowConfig, input_uri: storage.Uri | str, output: storage.U
     log.info("train: %s → %s, %d worker(s), %s", input_uri, output, world_size, config.task.type)
     start = time.perf_counter()
     result = launch_staged(
-        staging, train_worker, (job,), world_size=world_size, processes_per_replica=config.resources.processes_per_replica
+        staging,
+        train_worker,
+        (job,),
+        world_size=world_size,
+        processes_per_replica=config.resources.processes_per_replica,
+        rendezvous_timeout_s=config.resources.rendezvous_timeout_s,
     )
     if result is None:  # a cluster replica that does not publish
         return None
