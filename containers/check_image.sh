@@ -10,17 +10,24 @@
 # 3. the wheelhouse (containers/make_wheelhouse.sh: the lock and the two source builds as
 #    wheels, from the host's pip), so the build installs with --no-index;
 # 4. `podman build --isolation=chroot` of containers/Dockerfile with BASE_IMAGE=that base and
-#    WHEELHOUSE=wheels. Beam's SDK image (the source of Beam's worker boot program) cannot be
-#    pulled either: a stand-in stage whose boot program only says so takes its place, so the
-#    Dataflow-worker path of the image is not checked here;
+#    WHEELHOUSE=wheels. Beam's worker boot program is compiled from Beam's source of the locked
+#    release: BEAM_SOURCE names it here (a tarball or a source tree; its Go modules vendored,
+#    GOFLAGS=-mod=vendor, or reachable through GOPROXY), built with GO_IMAGE (default: a local
+#    image with Debian trixie's Go). Without BEAM_SOURCE the image is built with BEAM_BOOT=none:
+#    no boot program, so the Dataflow-worker path is NOT checked, and the result says so;
 # 5. the image's root filesystem exported (`podman run` needs cgroups and rlimits that
 #    sandboxes often refuse) and, with chroot, as the image's user, with its environment:
 #    (a) `gnnflow run` on the bundled demo with 2 workers, checking test_accuracy in the
 #        report's metrics.json (at least MIN_TEST_ACCURACY, default 0.85);
-#    (b) one step through the image's entry point: `components.preprocess --help`.
+#    (b) one step through the image's entry point: `components.preprocess --help`;
+#    (c) the worker contract: RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1, and (with BEAM_SOURCE)
+#        Beam's boot program answering --help.
+# The Dataflow-worker path itself (Beam starting the image as its SDK harness through boot) is
+# checked by containers/check_dataflow_worker.sh.
 # Prints the durations, the image size and the result; exits non-zero on any failure.
 # Environment: PYTHON (the Python 3.11 that makes the wheelhouse, default .venv/bin/python),
 # DEBIAN_MIRROR (default: read from /etc/apt/sources.list*), FRESH=1 (rebuild the base image),
+# BEAM_SOURCE, GO_IMAGE, GOFLAGS, GOPROXY (step 4), IMAGE (the tag, default below),
 # CLEAN=1 (remove the images and the wheelhouse at the end; the exported root filesystem and
 # the build context are always removed).
 set -euo pipefail
@@ -29,8 +36,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-/var/tmp/gnnflow-image-check}
 min_accuracy=${MIN_TEST_ACCURACY:-0.85}
 base_image=localhost/gnnflow-check/debian:bookworm
-beam_image=localhost/gnnflow-check/beam-boot-absent:2.77.0
-image=localhost/gnnflow-check/step:cpu
+go_image=${GO_IMAGE:-localhost/gnnflow-check/go:trixie}
+image=${IMAGE:-localhost/gnnflow-check/step:cpu}
+beam_source=${BEAM_SOURCE:-}
 root=$work/rootfs
 ctx=$work/context
 started=$(date +%s)
@@ -74,9 +82,9 @@ debian_mirror() {
     return 0
 }
 
+mirror=${DEBIAN_MIRROR:-$(debian_mirror /etc/apt)}
 step "base image $base_image"
 if [ -n "${FRESH:-}" ] || ! podman image exists "$base_image"; then
-    mirror=${DEBIAN_MIRROR:-$(debian_mirror /etc/apt)}
     [ -n "$mirror" ] || die "no bookworm mirror in /etc/apt/sources.list*: set DEBIAN_MIRROR"
     echo "debootstrap from $mirror"
     rm -rf "$work/base-rootfs"
@@ -88,16 +96,23 @@ else
     echo "reusing it (FRESH=1 rebuilds it)"
 fi
 
-step "stand-in for Beam's SDK image $beam_image"
-if ! podman image exists "$beam_image"; then
-    mkdir -p "$work/beam-context"
-    cat > "$work/beam-context/Containerfile" <<EOF
-FROM $base_image
-RUN mkdir -p /opt/apache/beam && printf '%s\n' '#!/bin/sh' \
-    'echo "this image was built by containers/check_image.sh without Beam boot program (no registry): it cannot be a Dataflow worker" >&2' \
-    'exit 1' > /opt/apache/beam/boot && chmod 755 /opt/apache/beam/boot
-EOF
-    podman build --isolation=chroot --network=host -q -t "$beam_image" "$work/beam-context" > /dev/null
+if [ -n "$beam_source" ]; then
+    [ -e "$beam_source" ] || die "BEAM_SOURCE=$beam_source does not exist"
+    step "Go toolchain image $go_image (Beam's boot program is compiled with it)"
+    if [ -n "${GO_IMAGE:-}" ]; then
+        podman image exists "$go_image" || die "GO_IMAGE=$go_image is not a local image (no registry is assumed)"
+    elif [ -n "${FRESH:-}" ] || ! podman image exists "$go_image"; then
+        mkdir -p "$work/go-context"
+        {
+            echo "FROM $base_image"
+            echo "RUN echo 'deb $mirror trixie main' > /etc/apt/sources.list.d/trixie.list \\"
+            echo "    && printf 'Package: *\\nPin: release n=trixie\\nPin-Priority: 100\\n' > /etc/apt/preferences.d/trixie \\"
+            echo "    && apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\"
+            echo "        -t trixie golang-go ca-certificates git && rm -rf /var/lib/apt/lists/*"
+        } > "$work/go-context/Containerfile"
+        podman build --isolation=chroot --network=host -q -t "$go_image" "$work/go-context" > /dev/null \
+            || die "building the Go toolchain image failed"
+    fi
 fi
 
 step "wheelhouse $work/wheels"
@@ -108,13 +123,26 @@ rm -rf "$ctx"
 mkdir -p "$ctx"
 cp -a .dockerignore pyproject.toml README.md requirements components pipelines containers "$ctx/"
 cp -al "$work/wheels" "$ctx/wheels" 2> /dev/null || cp -a "$work/wheels" "$ctx/wheels"
+boot_args=(--build-arg BEAM_BOOT=none)
+if [ -n "$beam_source" ]; then
+    # A tarball keeps its name (ADD unpacks it), a tree is copied as beam-source/.
+    if [ -d "$beam_source" ]; then
+        cp -a "$beam_source" "$ctx/beam-source"; source_arg=beam-source
+    else
+        cp -a "$beam_source" "$ctx/"; source_arg=$(basename "$beam_source")
+    fi
+    boot_args=(--build-arg BEAM_BOOT=source --build-arg BEAM_SOURCE="$source_arg" --build-arg GO_IMAGE="$go_image"
+               --build-arg GOFLAGS="${GOFLAGS:-}" --build-arg GOPROXY="${GOPROXY:-}")
+else
+    echo "no BEAM_SOURCE: building with BEAM_BOOT=none (no Beam boot program; the Dataflow-worker path is not checked)"
+fi
 
 step "podman build $image"
 # What the build adds besides the image (the build stage and its cached layers), for CLEAN=1.
 images_before=$(podman images -a -q --no-trunc | sort -u)
 build_started=$(date +%s)
 podman build --isolation=chroot --network=host \
-    --build-arg BASE_IMAGE="$base_image" --build-arg BEAM_SDK_IMAGE="$beam_image" \
+    --build-arg BASE_IMAGE="$base_image" "${boot_args[@]}" \
     --build-arg WHEELHOUSE=wheels -f containers/Dockerfile -t "$image" "$ctx" \
     || die "podman build failed"
 build_seconds=$(( $(date +%s) - build_started ))
@@ -182,10 +210,28 @@ help=$(in_image "${entrypoint[@]}" components.preprocess --help) || die "compone
 echo "$help" | head -n 3
 case "$help" in *usage:*) ;; *) die "components.preprocess --help printed no usage" ;; esac
 
+step "(c) the Beam worker contract"
+printf '%s\n' "${environment[@]}" | grep -qx 'RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1' \
+    || die "the image does not set RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1"
+echo "RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1; user $user"
+if [ -n "$beam_source" ]; then
+    [ -x "$root/opt/apache/beam/boot" ] || die "no /opt/apache/beam/boot in the image"
+    usage=$(in_image /opt/apache/beam/boot --help 2>&1 || true)
+    case "$usage" in *provision_endpoint*) echo "/opt/apache/beam/boot: Beam's boot program (--help lists its flags)" ;;
+        *) die "/opt/apache/beam/boot --help printed no boot flags" ;; esac
+    boot_result="/opt/apache/beam/boot built from $beam_source"
+else
+    [ ! -e "$root/opt/apache/beam/boot" ] || die "BEAM_BOOT=none, yet the image has /opt/apache/beam/boot"
+    refused=$(in_image "${entrypoint[@]}" --id=1 2>&1 || true)
+    case "$refused" in *"no Beam boot program"*) echo "entry point with boot flags: $refused" ;;
+        *) die "the entry point of an image without boot did not refuse boot flags: $refused" ;; esac
+    boot_result="NOT CHECKED: built with BEAM_BOOT=none (no BEAM_SOURCE), no boot program in the image"
+fi
+
 grep -q " $root/" /proc/mounts && die "something is still mounted under $root"
 rm -rf "$root"
 if [ -n "${CLEAN:-}" ]; then
-    podman rmi -f "$image" "$beam_image" "$base_image" > /dev/null
+    podman rmi -f "$image" "$base_image" > /dev/null
     mapfile -t added < <(comm -13 <(echo "$images_before") <(podman images -a -q --no-trunc | sort -u))
     [ "${#added[@]}" = 0 ] || podman rmi -f "${added[@]}" > /dev/null
     rm -rf "$work/wheels"
@@ -200,6 +246,7 @@ total_seconds=$(( $(date +%s) - started ))
     echo "python:        $python_version"
     echo "demo run:      ${run_seconds} s, 2 workers, test_accuracy=$accuracy (threshold $min_accuracy)"
     echo "single step:   ${entrypoint[*]} components.preprocess --help: ok"
+    echo "beam boot:     $boot_result"
     echo "total:         ${total_seconds} s"
     echo "RESULT:        PASS"
 } | tee "$work/result.txt"

@@ -4,7 +4,7 @@ replicas in containers of the built step image, started from the compiled pipeli
 
 Run as root from the repository root after ``containers/check_image.sh`` built the image:
 
-    .venv/bin/python containers/check_local_job.py [--image localhost/gnnflow-check/step:cpu] [--workdir DIR]
+    .venv/bin/python containers/check_local_job.py [--image localhost/gnnflow-check/step:cpu] [--workdir DIR] [--processes]
 
 What runs: a GCS emulator (fake-gcs-server) on this machine's own address, which the containers
 reach over their podman network; the bundled demo graph (2 workers) preprocessed and serialized
@@ -56,7 +56,9 @@ def main() -> int:
     parser.add_argument("--image", default="localhost/gnnflow-check/step:cpu")
     parser.add_argument("--workdir", default="/var/tmp/gnnflow-local-job")
     parser.add_argument("--engine", default="podman")
+    parser.add_argument("--processes", action="store_true", help="replicas as local processes instead (what CI runs, at test size)")
     args = parser.parse_args()
+    mode = ["--processes"] if args.processes else ["--containers", "--engine", args.engine, "--shm-size", "2g"]
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -78,9 +80,8 @@ def main() -> int:
         for task in ("partition", "train", "infer"):
             begun = time.time()
             code = gnnflow(
-                ["local-job", str(pipeline), "--task", task, "--root", str(root), "--config", str(config_file), "--containers"]
-                + ["--engine", args.engine, "--shm-size", "2g"]
-                + [f"--env={name}" for name in ("STORAGE_EMULATOR_HOST", *QUIET_CLOUD)]
+                ["local-job", str(pipeline), "--task", task, "--root", str(root), "--config", str(config_file), *mode]
+                + ([] if args.processes else [f"--env={name}" for name in ("STORAGE_EMULATOR_HOST", *QUIET_CLOUD)])
             )
             if code:
                 print(f"RESULT: FAIL ({task} exited {code})")
@@ -95,8 +96,8 @@ def main() -> int:
     same = job_infer == run_infer and job_train.get("val_accuracy") == run_train.get("val_accuracy")
     lines = [
         f"date:        {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} on {os.uname().machine}, {os.cpu_count()} cores",
-        f"image:       {args.image}",
-        f"containers:  2 per task (workerpool0-0, workerpool1-0), --shm-size 2g; seconds per task {json.dumps(seconds)}",
+        f"replicas:    {'processes' if args.processes else 'containers of ' + args.image + ', --shm-size 2g'}, 2 per task "
+        f"(workerpool0-0, workerpool1-0); seconds per task {json.dumps(seconds)}",
         f"local-job:   infer metrics {json.dumps(job_infer, sort_keys=True)}",
         f"gnnflow run: infer metrics {json.dumps(run_infer, sort_keys=True)}",
         f"train:       epochs {job_train.get('epochs_run')} vs {run_train.get('epochs_run')}, "

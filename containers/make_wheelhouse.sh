@@ -16,7 +16,14 @@
 #     wheel cache, where `make setup` left them after compiling them, or else compiled now
 #     against the installed torch (about 17 minutes on 2 cores).
 # For containers/Dockerfile.cuda, those two must be CUDA builds: run with FORCE_CUDA=1 on a
-# machine with the CUDA 12.1 toolkit (the cache is then bypassed: its wheels are CPU builds).
+# machine with the CUDA toolkit of torch's CUDA version (12.1; nvcc, CUDA_HOME), ideally inside
+# the Dockerfile's CUDA_DEVEL_IMAGE. They are then always compiled from their source
+# distributions: pip's cache (whose wheels are CPU builds), find-links folders and DIR are never
+# read for them. Each gets a local version naming torch's CUDA (torch_scatter-2.1.2+cu121-...;
+# still satisfies torch-scatter==2.1.2) and must pass containers/check_cuda_extensions.py (CUDA
+# kernels of torch's CUDA version) before it stays in DIR. Without FORCE_CUDA=1, a cached wheel
+# that holds CUDA modules is not taken, and CUDA wheels (+cu...) of the two releases are removed
+# from DIR, so a wheelhouse never holds both kinds.
 # About 3.5 GB, mostly torch and its CUDA libraries. Running it again refreshes DIR in place.
 set -euo pipefail
 
@@ -29,6 +36,26 @@ command -v "$python" > /dev/null || [ -x "$python" ] \
 version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [ "$version" = 3.11 ] || { echo "make_wheelhouse.sh: $python is Python $version; the image needs 3.11 wheels" >&2; exit 2; }
 pip=("$python" -m pip --disable-pip-version-check)
+cuda=""
+if [ "${FORCE_CUDA:-0}" = 1 ]; then
+    # cu121 for CUDA 12.1. Refuses early (not after the download and an hour of compiling)
+    # without a CUDA torch, or without a toolkit (nvcc) of exactly torch's CUDA version.
+    cuda=$("$python" -c '
+import os, re, subprocess, sys, torch
+from torch.utils.cpp_extension import CUDA_HOME
+if torch.version.cuda is None:
+    sys.exit("make_wheelhouse.sh: FORCE_CUDA=1, but torch " + torch.__version__ + " is a CPU-only build")
+if CUDA_HOME is None:
+    sys.exit("make_wheelhouse.sh: FORCE_CUDA=1, but no CUDA toolkit found (set CUDA_HOME, or put nvcc on PATH)")
+nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
+if not os.access(nvcc, os.X_OK):
+    sys.exit("make_wheelhouse.sh: FORCE_CUDA=1, but the CUDA toolkit in " + CUDA_HOME + " has no bin/nvcc")
+found = re.search(r"release (\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout)
+if found is None or found.group(1) != torch.version.cuda:
+    sys.exit("make_wheelhouse.sh: FORCE_CUDA=1, but " + nvcc + " is CUDA " + (found.group(1) if found else "?")
+             + "; torch " + torch.__version__ + " needs CUDA " + torch.version.cuda)
+print("cu" + "".join(torch.version.cuda.split(".")[:2]))')
+fi
 mkdir -p "$dir"
 
 echo "==> pip and requirements/lock.txt into $dir"
@@ -37,24 +64,72 @@ echo "==> pip and requirements/lock.txt into $dir"
 # name==version lines of requirements/source-builds.txt
 mapfile -t builds < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' requirements/source-builds.txt | grep '==')
 cache=$("${pip[@]}" cache dir)/wheels
+# Whether a wheel holds CUDA extension modules (torch_scatter/_scatter_cuda.so, ...).
+cuda_modules() {
+    "$python" -c 'import sys, zipfile; sys.exit(0 if any(n.endswith("_cuda.so") for n in zipfile.ZipFile(sys.argv[1]).namelist()) else 1)' "$1"
+}
+# Gives a wheel the local version +LABEL (file name, dist-info folder, METADATA, RECORD).
+add_local_version() {
+    "$python" - "$1" "$2" <<'PY'
+import base64, hashlib, pathlib, re, sys, zipfile
+wheel, label = pathlib.Path(sys.argv[1]), sys.argv[2]
+name, version, rest = wheel.name.split("-", 2)
+tagged = f"{version}+{label}"
+old_info, new_info = f"{name}-{version}.dist-info/", f"{name}-{tagged}.dist-info/"
+target = wheel.with_name(f"{name}-{tagged}-{rest}")
+with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+    record, lines = new_info + "RECORD", []
+    for info in source.infolist():
+        path = new_info + info.filename[len(old_info):] if info.filename.startswith(old_info) else info.filename
+        if path == record:
+            continue
+        data = source.read(info)
+        if path == new_info + "METADATA":
+            data = re.sub(rb"(?m)^Version: .*$", f"Version: {tagged}".encode(), data, count=1)
+        entry = zipfile.ZipInfo(path, info.date_time)
+        entry.external_attr = info.external_attr  # file modes
+        out.writestr(entry, data, zipfile.ZIP_DEFLATED)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{path},sha256={digest},{len(data)}")
+    out.writestr(record, "\n".join(lines + [f"{record},,"]) + "\n")
+wheel.unlink()
+print(target)
+PY
+}
+built=()
 for requirement in "${builds[@]}"; do
     name=${requirement%%==*}
     release=${requirement#*==}
-    # Wheel file names spell the project name with underscores.
+    # Wheel file names spell the project name with underscores; CUDA builds carry +cuXYZ.
     stem="${name//-/_}-${release}-cp311-cp311-"
+    rm -f "$dir/${stem}"*.whl "$dir/${name//-/_}-${release}+"*.whl
     found=""
-    if [ -z "${FORCE_CUDA:-}" ] && [ -d "$cache" ]; then
-        found=$(find "$cache" -name "${stem}*.whl" -printf '%T@ %p\n' | sort -rn | sed -n '1s/^[^ ]* //p')
+    if [ -z "$cuda" ] && [ -d "$cache" ]; then
+        while read -r candidate; do
+            if ! cuda_modules "$candidate"; then found=$candidate; break; fi
+            echo "==> $requirement: skipping $candidate in pip's cache: a CUDA build"
+        done < <(find "$cache" -name "${stem}*.whl" -printf '%T@ %p\n' | sort -rn | sed 's/^[^ ]* //')
     fi
     if [ -n "$found" ]; then
         echo "==> $requirement: the wheel make setup built, from pip's cache ($found)"
-        rm -f "$dir/${stem}"*.whl
         cp "$found" "$dir/"
+    elif [ -z "$cuda" ]; then
+        echo "==> $requirement: not in pip's cache: compiling it against the installed torch"
+        "${pip[@]}" wheel --no-deps --no-build-isolation --wheel-dir "$dir" "$requirement"
     else
-        echo "==> $requirement: not in pip's cache (or FORCE_CUDA set): compiling it against the installed torch"
-        "${pip[@]}" wheel --no-deps --no-build-isolation ${FORCE_CUDA:+--no-cache-dir} --wheel-dir "$dir" "$requirement"
+        echo "==> $requirement: compiling it with CUDA kernels (FORCE_CUDA=1, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-every GPU torch supports}), from source, no cache"
+        "${pip[@]}" wheel --no-deps --no-build-isolation --no-cache-dir --no-binary "$name" --wheel-dir "$dir" "$requirement"
+        built+=("$(add_local_version "$(find "$dir" -maxdepth 1 -name "${stem}*.whl")" "$cuda")")
     fi
 done
+if [ -n "$cuda" ]; then
+    echo "==> checking the CUDA builds: containers/check_cuda_extensions.py on ${built[*]}"
+    unpacked=$(mktemp -d)
+    trap 'rm -rf "$unpacked"' EXIT
+    for wheel in "${built[@]}"; do "$python" -m zipfile -e "$wheel" "$unpacked"; done
+    PYTHONPATH="$unpacked" "$python" containers/check_cuda_extensions.py \
+        || { rm -f "${built[@]}"; echo "make_wheelhouse.sh: removed ${built[*]}: not CUDA builds of torch's CUDA version" >&2; exit 1; }
+fi
 
 # The image installs with --no-index from DIR alone: check that every pinned file is there and
 # installs on this Python (no index, no pip configuration, no installed packages consulted).

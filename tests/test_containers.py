@@ -160,6 +160,8 @@ def test_multi_stage_pinned_and_non_root(dockerfile):
     all_stages = stages(dockerfile)
     assert len(all_stages) >= 2
     for stage in all_stages:
+        if stage.image in {s.name for s in all_stages}:
+            continue  # FROM an earlier stage, by name
         repository, _, tag = stage.image.partition(":")
         assert tag and tag != "latest" and re.search(r"\d+\.\d+\.\d+", tag), f"{stage.image}: pin the base image by a versioned tag"
     final = all_stages[-1]
@@ -177,8 +179,16 @@ def test_multi_stage_pinned_and_non_root(dockerfile):
     command = next(i for i in reversed(final.instructions) if i.keyword == "CMD")
     assert json.loads(entrypoint.arguments) == ["/usr/local/bin/gnnflow-entrypoint"]
     assert "COPY containers/entrypoint.sh /usr/local/bin/gnnflow-entrypoint" in {f"COPY {i.arguments}" for i in final.instructions}
-    assert any(c.startswith("--from=beam /opt/apache/beam ") for c in [i.arguments for i in final.instructions if i.keyword == "COPY"])
-    assert any(s.image == "apache/beam_python3.11_sdk:2.77.0" for s in all_stages), "Beam's boot program from the locked Beam release"
+    if dockerfile.name == "Dockerfile":  # Beam's boot program compiled from Beam's source of the locked release
+        assert any(c.startswith("--from=beam-boot /opt/apache/beam ") for c in [i.arguments for i in final.instructions if i.keyword == "COPY"])
+        assert global_args(dockerfile)["BEAM_VERSION"] == "2.77.0" and "apache-beam==2.77.0" in (REPO / "requirements" / "lock.txt").read_text()
+        source = next(s for s in all_stages if s.name == "beam-boot-source")
+        assert any("CGO_ENABLED=0 GOTOOLCHAIN=local go build" in i.arguments and "./python/container" in i.arguments
+                   for i in source.instructions if i.keyword == "RUN")
+        assert any("RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1" in i.arguments for i in final.instructions if i.keyword == "ENV")
+    else:
+        assert any(c.startswith("--from=beam /opt/apache/beam ") for c in [i.arguments for i in final.instructions if i.keyword == "COPY"])
+        assert any(s.image == "apache/beam_python3.11_sdk:2.77.0" for s in all_stages), "Beam's boot program from the locked Beam release"
     module = json.loads(command.arguments)[0]
     assert importlib.util.find_spec(module) is not None, f"CMD runs module {module}, which does not exist"
     copied_venv = [i.arguments for i in final.instructions if i.keyword == "COPY" and i.arguments.startswith("--from=")]
@@ -250,13 +260,19 @@ def test_entrypoint_runs_modules_and_hands_beam_flags_to_boot(tmp_path):
         ["sh", str(script), *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
     module = run("json.tool", "--help")
     assert module.returncode == 0 and "json.tool" in module.stdout
+    program = run("sh", "-ec", "echo from sh")  # kfp.local's DockerRunner hands its command to the entry point
+    assert program.returncode == 0 and program.stdout == "from sh\n"
     worker = run("--id=1-1", "--provision_endpoint=localhost:5")
     assert worker.returncode == 0 and worker.stdout.strip() == "boot --id=1-1 --provision_endpoint=localhost:5"
+    boot.unlink()  # an image built with BEAM_BOOT=none: boot flags are refused, saying why
+    refused = run("--id=1-1")
+    assert refused.returncode == 1 and "no Beam boot program" in refused.stderr and "BEAM_BOOT=none" in refused.stderr
 
 
 # ---- building behind a firewall: BASE_IMAGE, the wheelhouse, and the scripts around them ----
 
-SCRIPTS = [REPO / "containers" / "make_wheelhouse.sh", REPO / "containers" / "check_image.sh"]
+SCRIPTS = [REPO / "containers" / "make_wheelhouse.sh", REPO / "containers" / "check_image.sh",
+           REPO / "containers" / "check_dataflow_worker.sh", REPO / "containers" / "check_kfp_docker.sh"]
 DEFAULT_BASES = {"Dockerfile": "python:3.11.13-slim-bookworm", "Dockerfile.cuda": "nvidia/cuda:12.1.1-runtime-ubuntu22.04"}
 
 
@@ -328,7 +344,7 @@ def test_cpu_dockerfile_serves_the_python_image_and_plain_debian():
     """Debian's python3 lacks the venv module (python3-venv) and the official image has no apt
     python3: each is installed only where the base lacks it, and the compiler only where
     something compiles (no wheelhouse)."""
-    build, final = [s for s in stages(DOCKERFILES[0]) if s.name != "beam"]
+    build, final = [s for s in stages(DOCKERFILES[0]) if not (s.name or "").startswith("beam")]
     build_run = " ".join(i.arguments for i in build.instructions if i.keyword == "RUN")
     assert ('if ! python3 -c "import ensurepip" 2> /dev/null; then '
             'apt-get install -y --no-install-recommends python3 python3-venv; fi') in build_run
@@ -353,7 +369,7 @@ def test_check_image_passes_the_build_arguments_the_dockerfile_declares():
     passed = set(re.findall(r"--build-arg (\w+)=", text))
     declared = set(global_args(DOCKERFILES[0])) | {i.arguments.partition("=")[0] for s in stages(DOCKERFILES[0])
                                                     for i in s.instructions if i.keyword == "ARG"}
-    assert passed == {"BASE_IMAGE", "BEAM_SDK_IMAGE", "WHEELHOUSE"} and passed <= declared
+    assert passed == {"BASE_IMAGE", "WHEELHOUSE", "BEAM_BOOT", "BEAM_SOURCE", "GO_IMAGE", "GOFLAGS", "GOPROXY"} and passed <= declared
     assert "--isolation=chroot" in text and "-f containers/Dockerfile " in text
 
 
@@ -398,3 +414,156 @@ def test_check_image_takes_the_debian_mirror_apt_uses(tmp_path, layout, expected
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
+
+
+# ---- the CUDA image: its own pip cache, and no CPU build of torch-scatter / torch-sparse ----
+
+CUDA_CHECK = REPO / "containers" / "check_cuda_extensions.py"
+
+
+def cache_mounts(path: pathlib.Path) -> list[tuple[str, str]]:
+    """(id, target) of every ``--mount=type=cache`` in the Dockerfile; BuildKit's id defaults to the target."""
+    result = []
+    for instruction in instructions(path):
+        for options in re.findall(r"--mount=(\S+)", instruction.arguments):
+            fields = dict(field.partition("=")[::2] for field in options.split(","))
+            if fields.get("type") == "cache":
+                result.append((fields.get("id") or fields["target"], fields["target"]))
+    return result
+
+
+def test_cuda_build_never_shares_the_cpu_builds_pip_cache():
+    """The same releases of torch-scatter / torch-sparse compiled as CPU builds (containers/Dockerfile)
+    sit in pip's wheel cache under the same names: the CUDA build's cache must be another one,
+    by id (BuildKit) and by path (engines that key caches by target), and pip must use it."""
+    # pip's own cache path stands for the CPU build's however its Dockerfile mounts it.
+    cpu = cache_mounts(DOCKERFILES[0]) + [("/root/.cache/pip", "/root/.cache/pip")]
+    cuda = cache_mounts(DOCKERFILES[1])
+    assert cuda
+    assert not {i for i, _ in cuda} & {i for i, _ in cpu}, (cpu, cuda)
+    assert not {t for _, t in cuda} & {t for _, t in cpu}, (cpu, cuda)
+    source_builds = next(r for r in pip_runs(DOCKERFILES[1]) if "requirements/source-builds.txt" in r)
+    (_, target), = [m for m in cuda if f"target={m[1]}" in source_builds]
+    assert re.search(rf'PIP_CACHE_DIR="{re.escape(target)}/', source_builds), "pip must read the CUDA cache mount"
+    assert "--no-cache-dir" not in source_builds and "FORCE_CUDA=1" in source_builds
+
+
+def test_cuda_build_fails_unless_the_extensions_carry_cuda_kernels():
+    """The check runs in the same RUN as the install, after it, so a CPU build (from a cache, a
+    wheelhouse or a compile without nvcc) fails the image build; the script is copied in first."""
+    build = next(s for s in stages(DOCKERFILES[1]) if s.name == "build")
+    copies = [i.arguments for i in build.instructions if i.keyword == "COPY"]
+    assert "containers/check_cuda_extensions.py containers/" in copies
+    runs = [i.arguments for i in build.instructions if i.keyword == "RUN"]
+    source_builds = next(r for r in runs if "requirements/source-builds.txt" in r)
+    assert source_builds.endswith("&& python containers/check_cuda_extensions.py")
+    assert copies.index("containers/check_cuda_extensions.py containers/") < [
+        i.arguments for i in build.instructions if i.keyword in {"COPY", "RUN"}].index(source_builds)
+
+
+def test_cuda_check_fails_on_the_cpu_build_in_the_venv():
+    """A real run against the torch-scatter / torch-sparse make setup compiled (CPU builds): both
+    report cuda_version() -1, which the check refuses, against torch 2.3.0's CUDA 12.1 (12010)."""
+    result = subprocess.run([sys.executable, str(CUDA_CHECK)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = result.stdout.splitlines()
+    assert out[0].startswith("torch 2.3.0") and out[0].endswith(": CUDA 12.1"), out
+    assert any(line.startswith("torch_scatter 2.1.2: cuda_version() = -1, 0 CUDA modules") for line in out), out
+    assert any(line.startswith("torch_sparse 0.6.18: cuda_version() = -1, 0 CUDA modules") for line in out), out
+    errors = result.stderr.splitlines()
+    for package in ("torch_scatter", "torch_sparse"):
+        assert (f"check_cuda_extensions: {package}: compiled without CUDA kernels (cuda_version() = -1, a CPU build); "
+                f"expected 12010 (CUDA 12.1, as torch)") in errors
+        beside = f"check_cuda_extensions: {package}: no CUDA module beside "
+        assert any(line.startswith(beside) and "_version_cpu" in line[len(beside):].split(", ") for line in errors)
+    assert "OK" not in result.stdout
+
+
+def load_cuda_check():
+    spec = importlib.util.spec_from_file_location("check_cuda_extensions", CUDA_CHECK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cuda_check_accepts_only_torchs_cuda_version():
+    """cuda.h's CUDA_VERSION is 1000 * major + 10 * minor (12.1: 12010); a CUDA build of another
+    version, a CPU build, a missing CUDA module or a CPU-only torch is refused."""
+    check = load_cuda_check()
+    assert check.encoded("12.1") == 12010 and check.encoded("11.8") == 11080 and check.decoded(12040) == "12.4"
+    cuda_build = ["_scatter_cpu.so", "_scatter_cuda.so", "_version_cpu.so", "_version_cuda.so"]
+    assert check.problems("torch_scatter", "12.1", 12010, cuda_build) == []
+    assert check.problems("torch_scatter", "12.1", 12040, cuda_build) == [
+        "torch_scatter: compiled with CUDA 12.4 (cuda_version() = 12040); expected 12010 (CUDA 12.1, as torch)"]
+    assert check.problems("torch_scatter", "12.1", 12010, cuda_build[:3]) == [
+        "torch_scatter: no CUDA module beside _version_cpu"]
+    assert len(check.problems("torch_scatter", "12.1", -1, ["_scatter_cpu.so", "_version_cpu.so"])) == 2
+    assert check.problems("torch_scatter", "12.1", 12010, []) == ["torch_scatter: no extension modules found"]
+    assert "CPU-only build" in check.problems("torch_scatter", None, -1, cuda_build)[0]
+
+
+def shell_function(script: str, name: str) -> str:
+    start = script.index(f"{name}() {{")
+    return script[start:script.index("\n}\n", start) + 3]
+
+
+def test_make_wheelhouse_tags_cuda_builds_so_that_they_cannot_pass_for_cpu_ones(tmp_path):
+    """FORCE_CUDA=1 wheels get a local version (+cu121) that pip accepts for the pinned release,
+    and a wheel is told a CUDA build by its _cuda modules (how a CPU run skips one in pip's cache)."""
+    import zipfile
+
+    script = (REPO / "containers" / "make_wheelhouse.sh").read_text()
+    functions = shell_function(script, "cuda_modules") + shell_function(script, "add_local_version")
+    info = "torch_scatter-2.1.2.dist-info"
+    wheels = {}
+    for kind, modules in (("cuda", ["_version_cpu.so", "_version_cuda.so"]), ("cpu", ["_version_cpu.so"])):
+        (tmp_path / kind).mkdir()
+        wheels[kind] = tmp_path / kind / "torch_scatter-2.1.2-cp311-cp311-linux_x86_64.whl"
+        with zipfile.ZipFile(wheels[kind], "w") as wheel:
+            wheel.writestr("torch_scatter/__init__.py", "__version__ = '2.1.2'\n")
+            for module in modules:
+                wheel.writestr(f"torch_scatter/{module}", b"\x7fELF")
+            wheel.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: torch_scatter\nVersion: 2.1.2\n")
+            wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n")
+            wheel.writestr(f"{info}/RECORD", "")
+    bash = lambda command, *args: subprocess.run(  # noqa: E731
+        ["bash", "-c", f'python={shlex.quote(sys.executable)}\n{functions}\n{command}', "bash", *map(str, args)],
+        capture_output=True, text=True, timeout=120)
+    assert bash('cuda_modules "$1"', wheels["cuda"]).returncode == 0
+    assert bash('cuda_modules "$1"', wheels["cpu"]).returncode == 1
+    tagged = bash('add_local_version "$1" cu121', wheels["cuda"])
+    assert tagged.returncode == 0, tagged.stderr
+    target = tmp_path / "cuda" / "torch_scatter-2.1.2+cu121-cp311-cp311-linux_x86_64.whl"
+    assert tagged.stdout.strip() == str(target) and not wheels["cuda"].exists()
+    with zipfile.ZipFile(target) as wheel:
+        names = wheel.namelist()
+        assert "torch_scatter-2.1.2+cu121.dist-info/METADATA" in names and not any(n.startswith(info) for n in names)
+        assert "Version: 2.1.2+cu121" in wheel.read("torch_scatter-2.1.2+cu121.dist-info/METADATA").decode()
+        record = wheel.read("torch_scatter-2.1.2+cu121.dist-info/RECORD").decode().splitlines()
+        assert sorted(line.split(",")[0] for line in record) == sorted(names)
+    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": os.devnull, "HOME": str(tmp_path)}
+    chosen = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--no-index",
+                             "--find-links", str(tmp_path / "cuda"), "--report", "-", "--quiet", "torch-scatter==2.1.2"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert chosen.returncode == 0, chosen.stderr
+    assert [i["metadata"]["version"] for i in json.loads(chosen.stdout)["install"]] == ["2.1.2+cu121"]
+
+
+@pytest.mark.parametrize("release", [None, "12.4", "13.0"])
+def test_make_wheelhouse_refuses_a_cuda_run_without_torchs_cuda_toolkit(tmp_path, release):
+    """FORCE_CUDA=1 stops at once, before downloading or compiling anything, unless CUDA_HOME holds
+    an nvcc of torch's CUDA version (12.1 for torch 2.3.0): another one would build extensions
+    that containers/check_cuda_extensions.py refuses after an hour."""
+    cuda_home = tmp_path / "cuda"
+    (cuda_home / "bin").mkdir(parents=True)
+    if release:
+        (cuda_home / "bin" / "nvcc").write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
+        (cuda_home / "bin" / "nvcc").chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": sys.executable, "FORCE_CUDA": "1", "CUDA_HOME": str(cuda_home)}
+    result = subprocess.run([str(REPO / "containers" / "make_wheelhouse.sh"), str(tmp_path / "w")],
+                            capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert result.returncode == 1
+    expected = (f"make_wheelhouse.sh: FORCE_CUDA=1, but {cuda_home}/bin/nvcc is CUDA {release}; torch 2.3.0+cu121 needs CUDA 12.1"
+                if release else f"make_wheelhouse.sh: FORCE_CUDA=1, but the CUDA toolkit in {cuda_home} has no bin/nvcc")
+    assert result.stderr.strip().splitlines()[-1] == expected
+    assert not (tmp_path / "w").exists()
