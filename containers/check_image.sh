@@ -11,10 +11,16 @@
 #    wheels, from the host's pip), so the build installs with --no-index;
 # 4. `podman build --isolation=chroot` of containers/Dockerfile with BASE_IMAGE=that base and
 #    WHEELHOUSE=wheels. Beam's worker boot program is compiled from Beam's source of the locked
-#    release: BEAM_SOURCE names it here (a tarball or a source tree; its Go modules vendored,
-#    GOFLAGS=-mod=vendor, or reachable through GOPROXY), built with GO_IMAGE (default: a local
-#    image with Debian trixie's Go). Without BEAM_SOURCE the image is built with BEAM_BOOT=none:
-#    no boot program, so the Dataflow-worker path is NOT checked, and the result says so;
+#    release: BEAM_SOURCE names it here (a tarball or a source tree), built with GO_IMAGE. By
+#    default that is a local image with Debian trixie's Go and Go libraries (golang-go,
+#    golang-google-grpc-dev, golang-google-protobuf-dev and what they pull in), plus GO_SOURCES
+#    (a folder laid out as GOPATH's src/, for imports Debian does not package: Beam's log package
+#    imports github.com/golang-cz/devslog), and the boot program is built in GOPATH mode
+#    (BEAM_GO_DEPS=gopath, no module proxy needed). With GO_IMAGE given, BEAM_GO_DEPS defaults
+#    to modules: vendored (GOFLAGS=-mod=vendor) or reachable through GOPROXY. A source of another
+#    version than the lock's is refused unless BEAM_SOURCE_VERSION names it; the result then says
+#    loudly which version the boot program comes from. Without BEAM_SOURCE the image is built with
+#    BEAM_BOOT=none: no boot program, so the Dataflow-worker path is NOT checked, and it says so;
 # 5. the image's root filesystem exported (`podman run` needs cgroups and rlimits that
 #    sandboxes often refuse) and, with chroot, as the image's user, with its environment:
 #    (a) `gnnflow run` on the bundled demo with 2 workers, checking test_accuracy in the
@@ -27,7 +33,8 @@
 # Prints the durations, the image size and the result; exits non-zero on any failure.
 # Environment: PYTHON (the Python 3.11 that makes the wheelhouse, default .venv/bin/python),
 # DEBIAN_MIRROR (default: read from /etc/apt/sources.list*), FRESH=1 (rebuild the base image),
-# BEAM_SOURCE, GO_IMAGE, GOFLAGS, GOPROXY (step 4), IMAGE (the tag, default below),
+# BEAM_SOURCE, BEAM_SOURCE_VERSION, BEAM_GO_DEPS, GO_IMAGE, GO_SOURCES, GOFLAGS, GOPROXY (step 4),
+# IMAGE (the tag, default below),
 # CLEAN=1 (remove the images and the wheelhouse at the end; the exported root filesystem and
 # the build context are always removed).
 set -euo pipefail
@@ -36,7 +43,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-/var/tmp/gnnflow-image-check}
 min_accuracy=${MIN_TEST_ACCURACY:-0.85}
 base_image=localhost/gnnflow-check/debian:bookworm
-go_image=${GO_IMAGE:-localhost/gnnflow-check/go:trixie}
+go_image=${GO_IMAGE:-localhost/gnnflow-check/go:trixie-gopath}
+go_deps=${BEAM_GO_DEPS:-$([ -n "${GO_IMAGE:-}" ] && echo modules || echo gopath)}
+beam_source_version=${BEAM_SOURCE_VERSION:-}
 image=${IMAGE:-localhost/gnnflow-check/step:cpu}
 beam_source=${BEAM_SOURCE:-}
 root=$work/rootfs
@@ -98,20 +107,33 @@ fi
 
 if [ -n "$beam_source" ]; then
     [ -e "$beam_source" ] || die "BEAM_SOURCE=$beam_source does not exist"
-    step "Go toolchain image $go_image (Beam's boot program is compiled with it)"
+    step "Go toolchain image $go_image (Beam's boot program is compiled with it; Go dependencies: $go_deps)"
     if [ -n "${GO_IMAGE:-}" ]; then
         podman image exists "$go_image" || die "GO_IMAGE=$go_image is not a local image (no registry is assumed)"
-    elif [ -n "${FRESH:-}" ] || ! podman image exists "$go_image"; then
-        mkdir -p "$work/go-context"
+    else
+        # Debian trixie's Go and Go libraries (GOPATH mode reads /usr/share/gocode), and
+        # GO_SOURCES at /go/src. Rebuilt from cached layers when nothing changed.
+        rm -rf "$work/go-context"
+        mkdir -p "$work/go-context/src"
+        if [ -n "${GO_SOURCES:-}" ]; then
+            [ -d "$GO_SOURCES" ] || die "GO_SOURCES=$GO_SOURCES is not a folder"
+            cp -a "$GO_SOURCES/." "$work/go-context/src/"
+        fi
         {
             echo "FROM $base_image"
             echo "RUN echo 'deb $mirror trixie main' > /etc/apt/sources.list.d/trixie.list \\"
             echo "    && printf 'Package: *\\nPin: release n=trixie\\nPin-Priority: 100\\n' > /etc/apt/preferences.d/trixie \\"
             echo "    && apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\"
-            echo "        -t trixie golang-go ca-certificates git && rm -rf /var/lib/apt/lists/*"
+            echo "        -t trixie golang-go golang-google-grpc-dev golang-google-protobuf-dev ca-certificates git \\"
+            echo "    && rm -rf /var/lib/apt/lists/*"
+            echo "COPY src /go/src"
         } > "$work/go-context/Containerfile"
         podman build --isolation=chroot --network=host -q -t "$go_image" "$work/go-context" > /dev/null \
             || die "building the Go toolchain image failed"
+        rm -rf "$work/go-context"
+    fi
+    if [ -n "$beam_source_version" ]; then
+        echo "WARNING: BEAM_SOURCE_VERSION=$beam_source_version: the boot program is built from Beam $beam_source_version, not from the release in requirements/lock.txt"
     fi
 fi
 
@@ -132,7 +154,8 @@ if [ -n "$beam_source" ]; then
         cp -a "$beam_source" "$ctx/"; source_arg=$(basename "$beam_source")
     fi
     boot_args=(--build-arg BEAM_BOOT=source --build-arg BEAM_SOURCE="$source_arg" --build-arg GO_IMAGE="$go_image"
-               --build-arg GOFLAGS="${GOFLAGS:-}" --build-arg GOPROXY="${GOPROXY:-}")
+               --build-arg BEAM_GO_DEPS="$go_deps" --build-arg GOFLAGS="${GOFLAGS:-}" --build-arg GOPROXY="${GOPROXY:-}")
+    [ -z "$beam_source_version" ] || boot_args+=(--build-arg BEAM_SOURCE_VERSION="$beam_source_version")
 else
     echo "no BEAM_SOURCE: building with BEAM_BOOT=none (no Beam boot program; the Dataflow-worker path is not checked)"
 fi
@@ -219,7 +242,13 @@ if [ -n "$beam_source" ]; then
     usage=$(in_image /opt/apache/beam/boot --help 2>&1 || true)
     case "$usage" in *provision_endpoint*) echo "/opt/apache/beam/boot: Beam's boot program (--help lists its flags)" ;;
         *) die "/opt/apache/beam/boot --help printed no boot flags" ;; esac
-    boot_result="/opt/apache/beam/boot built from $beam_source"
+    [ -f "$root/opt/apache/beam/boot-source.txt" ] || die "no /opt/apache/beam/boot-source.txt in the image"
+    sed 's/^/    /' "$root/opt/apache/beam/boot-source.txt"
+    built_version=$(sed -n 's/^version.py: \([^ ]*\).*/\1/p' "$root/opt/apache/beam/boot-source.txt")
+    boot_result="/opt/apache/beam/boot built from $beam_source (Beam $built_version, Go dependencies: $go_deps)"
+    if [ -n "$beam_source_version" ]; then
+        boot_result="$boot_result; NOT the locked release: built from Beam $built_version (BEAM_SOURCE_VERSION)"
+    fi
 else
     [ ! -e "$root/opt/apache/beam/boot" ] || die "BEAM_BOOT=none, yet the image has /opt/apache/beam/boot"
     refused=$(in_image "${entrypoint[@]}" --id=1 2>&1 || true)

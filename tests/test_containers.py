@@ -180,8 +180,10 @@ def test_multi_stage_pinned_and_non_root(dockerfile):
     assert json.loads(entrypoint.arguments) == ["/usr/local/bin/gnnflow-entrypoint"]
     assert "COPY containers/entrypoint.sh /usr/local/bin/gnnflow-entrypoint" in {f"COPY {i.arguments}" for i in final.instructions}
     if dockerfile.name == "Dockerfile":  # Beam's boot program compiled from Beam's source of the locked release
-        assert any(c.startswith("--from=beam-boot /opt/apache/beam ") for c in [i.arguments for i in final.instructions if i.keyword == "COPY"])
-        assert global_args(dockerfile)["BEAM_VERSION"] == "2.77.0" and "apache-beam==2.77.0" in (REPO / "requirements" / "lock.txt").read_text()
+        copies = [i.arguments for i in final.instructions if i.keyword == "COPY"]
+        assert any(c.startswith("--from=beam-boot /opt/apache/beam ") for c in copies)
+        lock = (REPO / "requirements" / "lock.txt").read_text()
+        assert global_args(dockerfile)["BEAM_VERSION"] == "2.77.0" and "apache-beam==2.77.0" in lock
         source = next(s for s in all_stages if s.name == "beam-boot-source")
         assert any("CGO_ENABLED=0 GOTOOLCHAIN=local go build" in i.arguments and "./python/container" in i.arguments
                    for i in source.instructions if i.keyword == "RUN")
@@ -369,7 +371,8 @@ def test_check_image_passes_the_build_arguments_the_dockerfile_declares():
     passed = set(re.findall(r"--build-arg (\w+)=", text))
     declared = set(global_args(DOCKERFILES[0])) | {i.arguments.partition("=")[0] for s in stages(DOCKERFILES[0])
                                                     for i in s.instructions if i.keyword == "ARG"}
-    assert passed == {"BASE_IMAGE", "WHEELHOUSE", "BEAM_BOOT", "BEAM_SOURCE", "GO_IMAGE", "GOFLAGS", "GOPROXY"} and passed <= declared
+    assert passed == {"BASE_IMAGE", "WHEELHOUSE", "BEAM_BOOT", "BEAM_SOURCE", "BEAM_SOURCE_VERSION", "BEAM_GO_DEPS",
+                      "GO_IMAGE", "GOFLAGS", "GOPROXY"} and passed <= declared
     assert "--isolation=chroot" in text and "-f containers/Dockerfile " in text
 
 
