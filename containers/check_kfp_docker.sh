@@ -63,7 +63,7 @@ tail -n 8 "$work/direct.log"
 
 step "gnnflow run --via kfp-docker (kfp.local DockerRunner, every task in $image)"
 kfp_started=$(date +%s)
-(cd "$repo" && GNNFLOW_IMAGE=$image "$python" -m pipelines.cli run --via kfp-docker --output "$work/kfp" "${sets[@]}") \
+(cd "$repo" && "$python" -m pipelines.cli run --via kfp-docker --image "$image" --output "$work/kfp" "${sets[@]}") \
     > "$work/kfp.log" 2>&1 || { tail -n 40 "$work/kfp.log"; die "gnnflow run --via kfp-docker failed (log: $work/kfp.log)"; }
 kfp_seconds=$(( $(date +%s) - kfp_started ))
 tail -n 14 "$work/kfp.log"

@@ -47,9 +47,9 @@ def _step(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> None:
     overrides = parse_set(args.set)
+    if args.image and args.via != "kfp-docker":
+        raise GnnflowError("--image applies to --via kfp-docker only (the other ways run in this environment)")
     if args.via in ("kfp-local", "kfp-docker"):
-        import os
-
         from pipelines import kfp_local
 
         if args.force:
@@ -57,12 +57,9 @@ def _run(args: argparse.Namespace) -> None:
                 f"--force has no effect with --via {args.via}: kfp.local runs every task on every run "
                 "(only the plain local run skips steps whose output is up to date)"
             )
-        image = None
-        if args.via == "kfp-docker":
-            image = os.environ.get("GNNFLOW_IMAGE", "")
-            if not image:
-                raise GnnflowError("--via kfp-docker runs every task in the step image: set GNNFLOW_IMAGE=IMAGE (and DOCKER_HOST)")
-        print(kfp_local.summary(kfp_local.run_from_cli(args.config, args.output, overrides, args.infer_mode, image)))
+        if args.via == "kfp-docker" and not args.image:
+            raise GnnflowError("--via kfp-docker runs every task in the step image: give --image IMAGE (and DOCKER_HOST for podman)")
+        print(kfp_local.summary(kfp_local.run_from_cli(args.config, args.output, overrides, args.infer_mode, args.image)))
         return
     from pipelines.local_run import run, summary
 
@@ -107,10 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["direct", "kfp-local", "kfp-docker"],
         default="direct",
         help="direct: call the steps in order, skipping up-to-date ones; kfp-local: run the compiled DAG through kfp.local; "
-        "kfp-docker: the same with each task in a container of the step image $GNNFLOW_IMAGE (kfp.local's DockerRunner, "
+        "kfp-docker: the same with each task in a container of the step image given with --image (kfp.local's DockerRunner, "
         "through the Docker API at $DOCKER_HOST)",
     )
     run.add_argument("--force", action="store_true", help="run every step even if its output is up to date")
+    run.add_argument("--image", help="--via kfp-docker: the step image every task runs in")
     run.set_defaults(handler=_run)
     compile_command.register(commands)
     submit_command.register(commands)

@@ -3,7 +3,7 @@
 This runs exactly what Vertex AI would, the same pipeline function, components and typed
 artifacts. With ``kfp-local``, ``kfp.local``'s SubprocessRunner executes each task in this
 Python environment (nothing installed, no container); with ``kfp-docker``, its DockerRunner runs
-each task in a container of the step image (``$GNNFLOW_IMAGE``), as the image's own user, through
+each task in a container of the step image (``--image``), as the image's own user, through
 a Docker API (``DOCKER_HOST``: Docker, or podman's ``podman system service``), with the run root
 bind-mounted at the same path. Each artifact lands where ``kfp.local`` puts it:
 ``<root>/gnnflow-<timestamp>/<task>/<output>``; the URIs come back from the pipeline's outputs
@@ -136,4 +136,19 @@ def run_from_cli(
         assert isinstance(root, storage.LocalUri)
         pathlib.Path(root.path).mkdir(parents=True, exist_ok=True)
     config = config or demo_config(root)
+    if image:
+        check_visible_in_containers(config, root)
     return run_via_kfp_local(config.to_yaml(), overrides, root, infer_mode, image)
+
+
+def check_visible_in_containers(config: GnnflowConfig, root: storage.LocalUri) -> None:
+    """The task containers see this machine's files only under the run root (bind-mounted): refuse tables elsewhere."""
+    inside = pathlib.Path(root.path).resolve()
+    tables = [(t.type, t.uri) for t in config.graph.nodes] + [(t.type, t.uri) for t in config.graph.edges]
+    for name, table_uri in tables:
+        uri = storage.parse_uri(table_uri)
+        if isinstance(uri, storage.LocalUri) and not pathlib.Path(uri.path).resolve().is_relative_to(inside):
+            raise GnnflowError(
+                f"--via kfp-docker: table {name!r} at {uri.path} is outside the run root {inside}, the only folder of "
+                "this machine the task containers see: move it below the run root or to gs://"
+            )

@@ -175,6 +175,9 @@ def test_multi_stage_pinned_and_non_root(dockerfile):
     assert user not in {"root", "0"}
     uid = re.search(r"useradd\b.*--uid (\d+)", final_runs)
     assert uid and uid.group(1) == user, "USER names the uid the image creates"
+    assert users[-1] == f"{user}:0", "group 0: what boot and the steps write works as this user, as root and as any uid in group 0"
+    # Without it, Beam's boot makes a virtualenv from the base interpreter, which has no Beam, and stops.
+    assert any("RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1" in i.arguments for i in final.instructions if i.keyword == "ENV")
     entrypoint = next(i for i in reversed(final.instructions) if i.keyword == "ENTRYPOINT")
     command = next(i for i in reversed(final.instructions) if i.keyword == "CMD")
     assert json.loads(entrypoint.arguments) == ["/usr/local/bin/gnnflow-entrypoint"]
@@ -187,7 +190,6 @@ def test_multi_stage_pinned_and_non_root(dockerfile):
         source = next(s for s in all_stages if s.name == "beam-boot-source")
         assert any("CGO_ENABLED=0 GOTOOLCHAIN=local go build" in i.arguments and "./python/container" in i.arguments
                    for i in source.instructions if i.keyword == "RUN")
-        assert any("RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1" in i.arguments for i in final.instructions if i.keyword == "ENV")
     else:
         assert any(c.startswith("--from=beam /opt/apache/beam ") for c in [i.arguments for i in final.instructions if i.keyword == "COPY"])
         assert any(s.image == "apache/beam_python3.11_sdk:2.77.0" for s in all_stages), "Beam's boot program from the locked Beam release"

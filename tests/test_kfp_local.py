@@ -98,3 +98,18 @@ def test_a_task_given_a_bad_config_fails_naming_the_key(tmp_path, capfd):
     assert "key 'model.hiden_channels': unknown key" in out
     assert "Traceback" not in out  # one line, not a stack trace
     assert not list((tmp_path / "root").rglob("manifest.json"))
+
+
+def test_kfp_docker_is_refused_without_an_image_or_with_tables_the_containers_cannot_see(tmp_path, capsys):
+    from pipelines.cli import main as gnnflow
+    from pipelines.kfp_local import check_visible_in_containers
+
+    assert gnnflow(["run", "--via", "kfp-docker", "--output", str(tmp_path / "run")]) == 2
+    assert "--via kfp-docker runs every task in the step image: give --image IMAGE" in capsys.readouterr().err
+    assert gnnflow(["run", "--image", "localhost/gnnflow/step:cpu", "--output", str(tmp_path / "run")]) == 2
+    assert "--image applies to --via kfp-docker only" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+    config = _demo_config(tmp_path)  # its tables lie in tmp_path/data
+    with pytest.raises(GnnflowError, match=r"table 'paper' at .*/data/nodes.* is outside the run root .*/run, the only folder"):
+        check_visible_in_containers(config, storage.parse_uri(tmp_path / "run"))
+    check_visible_in_containers(config, storage.parse_uri(tmp_path))  # below the root: visible
