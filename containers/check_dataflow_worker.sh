@@ -36,22 +36,14 @@ started=$(date +%s)
 die() { echo "check_dataflow_worker.sh: FAILED: $*" >&2; exit 1; }
 step() { echo; echo "==> [$(date -u +%H:%M:%S)] $*"; }
 
-[ "$(id -u)" = 0 ] || die "run as root (podman storage)"
-command -v podman > /dev/null || die "podman is not installed (apt-get install -y podman runc)"
-command -v runc > /dev/null || die "runc is not installed (apt-get install -y runc): podman's default crun fails here"
-[ -x "$python" ] || die "no $python: run make setup (or set PYTHON)"
-podman image exists "$image" || die "no image $image: build it with containers/check_image.sh"
+# shellcheck source=containers/podman_common.sh
+source "$repo/containers/podman_common.sh"
+podman_prerequisites "$image" "$python"
 
 rm -rf "$work"
 mkdir -p "$work/bin" "$work/data"
 chmod 2775 "$work/data"
-cat > "$work/containers.conf" <<'EOF'
-[containers]
-default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
-
-[engine]
-runtime = "runc"
-EOF
+write_containers_conf "$work/containers.conf"
 cat > "$work/bin/docker" <<EOF
 #!/usr/bin/env bash
 # docker → podman for Beam's DockerSdkWorkerHandler; see containers/check_dataflow_worker.sh.

@@ -24,22 +24,14 @@ started=$(date +%s)
 die() { echo "check_kfp_docker.sh: FAILED: $*" >&2; exit 1; }
 step() { echo; echo "==> [$(date -u +%H:%M:%S)] $*"; }
 
-[ "$(id -u)" = 0 ] || die "run as root (podman storage)"
-command -v podman > /dev/null || die "podman is not installed (apt-get install -y podman runc)"
-command -v runc > /dev/null || die "runc is not installed (apt-get install -y runc): podman's default crun fails here"
-[ -x "$python" ] || die "no $python: run make setup (or set PYTHON)"
+# shellcheck source=containers/podman_common.sh
+source "$repo/containers/podman_common.sh"
+podman_prerequisites "$image" "$python"
 "$python" -c "import docker" 2> /dev/null || die "the Python package docker is not installed in $python (requirements/lock.txt)"
-podman image exists "$image" || die "no image $image: build it with containers/check_image.sh"
 
 rm -rf "$work"
 mkdir -p "$work"
-cat > "$work/containers.conf" <<'EOF'
-[containers]
-default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
-
-[engine]
-runtime = "runc"
-EOF
+write_containers_conf "$work/containers.conf"
 socket=$work/podman.sock
 step "podman system service on unix://$socket"
 CONTAINERS_CONF=$work/containers.conf podman system service --time=0 "unix://$socket" > "$work/podman-service.log" 2>&1 &

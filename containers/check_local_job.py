@@ -14,7 +14,8 @@ image; then ``gnnflow local-job PIPELINE --task T --containers`` for partition, 
 4096, on a podman network of their own, host names in CLUSTER_SPEC); and last ``gnnflow run``
 of the same config on the host (runner local, 2 worker processes). Prints PASS or FAIL and
 writes ``WORKDIR/result.txt``. Podman must run containers here (the runc runtime, ulimits no
-higher than the machine's: see ../shared/STACK.md); set ``CONTAINERS_CONF`` accordingly.
+higher than the machine's: see ../shared/STACK.md); without ``CONTAINERS_CONF`` the script
+writes such a file into WORKDIR and uses it.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ def main() -> int:
     mode = ["--processes"] if args.processes else ["--containers", "--engine", args.engine, "--shm-size", "2g"]
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
+    if not args.processes and args.engine == "podman" and "CONTAINERS_CONF" not in os.environ:
+        # podman's default runtime (crun) and ulimits fail on this kind of machine (../shared/STACK.md)
+        conf = work / "containers.conf"
+        conf.write_text('[containers]\ndefault_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]\n\n[engine]\nruntime = "runc"\n')
+        os.environ["CONTAINERS_CONF"] = str(conf)
     started = time.time()
     with GcsEmulator(host=host_address()) as emulator:
         os.environ.update(QUIET_CLOUD, STORAGE_EMULATOR_HOST=emulator.url)

@@ -368,6 +368,20 @@ def test_scripts_parse_and_are_executable(script):
     assert "set -euo pipefail" in script.read_text()
 
 
+def test_the_podman_scripts_share_one_containers_conf_for_runc(tmp_path):
+    """containers/podman_common.sh (sourced, not run) writes the file that makes plain `podman run` work here."""
+    library = REPO / "containers" / "podman_common.sh"
+    conf = tmp_path / "containers.conf"
+    script = f'die() {{ echo "$*"; exit 1; }}; source {library}; write_containers_conf {conf}'
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert conf.read_text().splitlines() == [
+        "[containers]", 'default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]', "", "[engine]", 'runtime = "runc"']
+    for user in ("check_dataflow_worker.sh", "check_kfp_docker.sh"):
+        text = (REPO / "containers" / user).read_text()
+        assert 'source "$repo/containers/podman_common.sh"' in text and 'podman_prerequisites "$image" "$python"' in text
+
+
 def test_check_image_passes_the_build_arguments_the_dockerfile_declares():
     text = (REPO / "containers" / "check_image.sh").read_text()
     passed = set(re.findall(r"--build-arg (\w+)=", text))
