@@ -12,6 +12,7 @@ from components.storage import Uri, parse_uri
 from tests.flaky_http_proxy import Failure, FlakyProxy
 from tests.gcs_emulator import GcsEmulator
 from tests.recording_server import RecordingServer, add_kfp_routes, add_vertex_routes, compile_package, write_inputs
+from tests.shared_datasets import require_citeseer
 
 # ---------------------------------------------------------------------------------------
 # GCS on loopback: one fake-gcs-server per test session, a fresh bucket per test, and
@@ -113,3 +114,14 @@ def config_uri(gcs_bucket: str) -> str:
 
 
 # ------------------------------------------------------------------ end of submission
+
+
+# ---------------------------------------------------------------------------------------
+# Real graphs from ../shared/datasets: skipped where absent, failed under CI=true
+# (tests/shared_datasets.py).
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def citeseer_present() -> None:
+    require_citeseer()

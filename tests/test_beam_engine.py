@@ -20,7 +20,7 @@ from components.config import GnnflowConfig, apply_overrides, load_config
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from tests.test_bad_input import fails
-from tests.test_citeseer import CITESEER, check_citeseer
+from tests.test_citeseer import CITESEER, check_citeseer, needs_citeseer
 from tests.tiny_graph import EDGES_CSV, NODES_CSV, config_dict, write_tiny_graph
 
 BEAM = {"preprocess.engine": "beam", "preprocess.beam.num_workers": 2}
@@ -48,7 +48,7 @@ def run_both(config: GnnflowConfig, root: str) -> tuple[storage.PublishedOutput,
     return ser_local, ser_beam
 
 
-citeseer = pytest.mark.skipif(not (CITESEER / "nodes.csv.gz").exists(), reason=f"CiteSeer tables not found at {CITESEER} (../shared is absent)")
+citeseer = needs_citeseer
 
 
 def citeseer_config(nodes: str, edges: str) -> GnnflowConfig:

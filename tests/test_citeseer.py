@@ -16,11 +16,8 @@ from components.config import load_config
 from components.preprocess.step import preprocess
 from components.serialize.step import read_graph_metadata, serialize
 from pipelines.cli import main as gnnflow
+from tests.shared_datasets import CITESEER, needs_citeseer, require_citeseer  # noqa: F401 - re-exported to the other CiteSeer tests
 
-CITESEER = pathlib.Path(__file__).resolve().parents[2] / "shared" / "datasets" / "citeseer"
-needs_citeseer = pytest.mark.skipif(
-    not (CITESEER / "nodes.csv.gz").exists(), reason=f"CiteSeer tables not found at {CITESEER} (../shared is absent)"
-)
 pytestmark = needs_citeseer
 
 

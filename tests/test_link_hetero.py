@@ -20,6 +20,7 @@ from components.gnn.link_labels import target_edge_names, training_edges
 from components.gnn.link_task import in_batch_negatives
 from components.infer.retrieval_metrics import candidate_ranks
 from components.infer.step import infer
+from components.launcher import launch
 from components.partition.step import STEP as PARTITION_STEP
 from components.partition.step import partition
 from components.partition.store import read_original_ids, read_partition
@@ -27,11 +28,9 @@ from components.preprocess.step import preprocess
 from components.schema import SPLIT_CODES
 from components.serialize.step import serialize
 from components.train.step import train
-from components.launcher import launch
 from tests.hetero_citeseer import hetero_link_config, with_label_tables, write_hetero_citeseer, write_label_tables
 from tests.link_label_workers import held_out_positives_in_messages
-from tests.test_citeseer import CITESEER, needs_citeseer
-
+from tests.test_citeseer import needs_citeseer, require_citeseer
 
 # Chance is 0.5. GraphSAGE with the MLP decoder reached 0.92 on this split (0.83 with the dot product).
 MIN_TEST_ROC_AUC = 0.85
@@ -46,8 +45,7 @@ class Partitioned:
 
 @pytest.fixture(scope="module")
 def hetero_citeseer(tmp_path_factory) -> Partitioned:
-    if not (CITESEER / "nodes.csv.gz").exists():
-        pytest.skip(f"CiteSeer tables not found at {CITESEER}")
+    require_citeseer()
     folder = tmp_path_factory.mktemp("hetero-citeseer")
     tables = write_hetero_citeseer(folder / "tables")
     return _partitioned(hetero_link_config(tables), storage.parse_uri(folder), tables, "paper__cites__paper")

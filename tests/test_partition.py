@@ -27,7 +27,7 @@ from components.partition.store import read_metadata, read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import read_graph_metadata, serialize
 from tests.partition_workers import sample_and_check
-from tests.test_citeseer import CITESEER, citeseer_graph
+from tests.test_citeseer import citeseer_graph, require_citeseer
 
 NODE, EDGE = "paper", "paper__cites__paper"
 
@@ -35,8 +35,7 @@ NODE, EDGE = "paper", "paper__cites__paper"
 @pytest.fixture(scope="module")
 def citeseer_tfrecords(tmp_path_factory) -> storage.PublishedOutput:
     """CiteSeer preprocessed and serialized into 4 shards per type."""
-    if not (CITESEER / "nodes.csv.gz").exists():
-        pytest.skip(f"CiteSeer tables not found at {CITESEER}")
+    require_citeseer()
     root = tmp_path_factory.mktemp("citeseer")
     raw = {
         "graph": citeseer_graph(),

@@ -14,7 +14,7 @@ import yaml
 from components import storage
 from pipelines.cli import main as gnnflow
 from pipelines.local_run import STATE_FILE
-from tests.test_citeseer import CITESEER
+from tests.test_citeseer import CITESEER, needs_citeseer
 from tests.test_train import NODE_CLASSIFICATION
 
 STEPS = ["preprocess", "serialize", "partition", "train", "infer", "report"]
@@ -87,7 +87,7 @@ def test_run_rejects_a_bad_override_before_any_step(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (CITESEER / "nodes.csv.gz").exists(), reason=f"CiteSeer tables not found at {CITESEER} (../shared is absent)")
+@needs_citeseer
 def test_citeseer_end_to_end_on_gcs(gcs_bucket, tmp_path, capsys):
     for name in ("nodes.csv.gz", "edges.csv.gz"):
         storage.upload_file(CITESEER / name, f"gs://{gcs_bucket}/raw/{name}")

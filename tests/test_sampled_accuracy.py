@@ -5,8 +5,6 @@ README). One preprocess, serialize and partition serve the three trainings."""
 
 from __future__ import annotations
 
-import pytest
-
 from components import storage
 from components.config import load_config
 from components.partition.step import partition
@@ -14,9 +12,9 @@ from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.train.step import train
 from pipelines.cli import main as gnnflow
-from tests.test_citeseer import CITESEER
+from tests.test_citeseer import CITESEER, needs_citeseer
 
-pytestmark = pytest.mark.skipif(not (CITESEER / "nodes.csv.gz").exists(), reason=f"CiteSeer tables not found at {CITESEER}")
+pytestmark = needs_citeseer
 SEEDS = (0, 1, 2)
 FULL_BATCH_SAGE = 0.700
 
