@@ -122,6 +122,6 @@ def config_uri(gcs_bucket: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")  # session: set up before the module fixtures that read the tables
 def citeseer_present() -> None:
     require_citeseer()
