@@ -15,6 +15,8 @@ import pyarrow as pa
 import torch
 import torch.distributed as dist
 
+from components import watchdog
+
 
 def _wire(tensor: torch.Tensor) -> torch.Tensor:
     """A 2-D, gloo-transportable view of ``tensor`` (gloo moves neither int8 nor bool)."""
@@ -28,7 +30,8 @@ def _all_to_all(tensor: torch.Tensor, send_sizes: list[int], recv_sizes: list[in
         return tensor
     wire = _wire(tensor).contiguous()
     received = torch.empty((sum(recv_sizes), wire.shape[1]), dtype=wire.dtype)
-    dist.all_to_all_single(received, wire, recv_sizes, send_sizes)
+    with watchdog.phase("all-reduce"):
+        dist.all_to_all_single(received, wire, recv_sizes, send_sizes)
     return received.to(tensor.dtype).reshape((sum(recv_sizes), *tensor.shape[1:]))
 
 
@@ -37,7 +40,8 @@ def _sizes(destination: torch.Tensor, world_size: int) -> tuple[list[int], list[
     if world_size == 1:  # nothing to tell anyone (and no process group needed)
         return send.tolist(), send.tolist()
     recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send)
+    with watchdog.phase("all-reduce"):
+        dist.all_to_all_single(recv, send)
     return send.tolist(), recv.tolist()
 
 
@@ -102,7 +106,8 @@ def all_sum_int(value: int) -> int:
     if not dist.is_initialized():
         return value
     t = torch.tensor([value], dtype=torch.int64)
-    dist.all_reduce(t)
+    with watchdog.phase("all-reduce"):
+        dist.all_reduce(t)
     return int(t.item())
 
 
@@ -111,7 +116,8 @@ def all_max_int(value: int) -> int:
     if not dist.is_initialized():
         return value
     t = torch.tensor([value], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    with watchdog.phase("all-reduce"):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
 
 
@@ -120,5 +126,6 @@ def all_gather_int(value: int, world_size: int) -> list[int]:
     if world_size == 1:
         return [value]
     out = [torch.zeros(1, dtype=torch.int64) for _ in range(world_size)]
-    dist.all_gather(out, torch.tensor([value], dtype=torch.int64))
+    with watchdog.phase("all-reduce"):
+        dist.all_gather(out, torch.tensor([value], dtype=torch.int64))
     return [int(t.item()) for t in out]

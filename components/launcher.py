@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
-from components import worker_resources
-from components.config.resources import DEFAULT_RENDEZVOUS_TIMEOUT_S
+from components import watchdog, worker_resources
+from components.config.resources import DEFAULT_TIMEOUTS, WorkerTimeouts
 from components.errors import GnnflowError
 from components.rendezvous import host_stores, joining_hosted_store
 
@@ -74,27 +74,28 @@ class WorkerContext:
     master_port: int  # torch.distributed rendezvous (a TCPStore: the launcher's locally, rank 0's on a cluster)
     rpc_port: int  # GLT's RPC rendezvous, likewise
     stores_hosted: bool = False  # the launcher hosts both stores (see components.rendezvous)
-    rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S  # resources.rendezvous_timeout_s
+    timeouts: WorkerTimeouts = DEFAULT_TIMEOUTS  # resources.{rendezvous,progress,rpc}_timeout_s
 
     def init_process_group(self, backend: str = "gloo") -> None:
         """Joins the process group of all workers (blocks until every rank has joined, at most
-        ``rendezvous_timeout_s``, which is also the collectives' timeout).
+        ``timeouts.rendezvous_s``, which is also the collectives' timeout).
 
         ``backend``: gloo, or for workers on GPUs ``cpu:gloo,cuda:nccl`` (components/gnn/device.py).
         """
         import torch.distributed as dist
 
-        address, timeout = f"tcp://{self.master_addr}:{self.master_port}", timedelta(seconds=self.rendezvous_timeout_s)
-        with joining_hosted_store(self.stores_hosted):
+        address, timeout = f"tcp://{self.master_addr}:{self.master_port}", timedelta(seconds=self.timeouts.rendezvous_s)
+        with joining_hosted_store(self.stores_hosted), watchdog.phase("rendezvous"):
             dist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.world_size, timeout=timeout)
 
-    def init_rpc(self, num_rpc_threads: int, rpc_timeout: float) -> None:
-        """Joins GLT's RPC (after ``glt.distributed.init_worker_group``)."""
+    def init_rpc(self, num_rpc_threads: int) -> None:
+        """Joins GLT's RPC (after ``glt.distributed.init_worker_group``), its calls timing out
+        after ``timeouts.rpc_s``."""
         import graphlearn_torch as glt
 
-        with joining_hosted_store(self.stores_hosted):
+        with joining_hosted_store(self.stores_hosted), watchdog.phase("rendezvous"):
             glt.distributed.init_rpc(
-                master_addr=self.master_addr, master_port=self.rpc_port, num_rpc_threads=num_rpc_threads, rpc_timeout=rpc_timeout
+                master_addr=self.master_addr, master_port=self.rpc_port, num_rpc_threads=num_rpc_threads, rpc_timeout=self.timeouts.rpc_s
             )
 
 
@@ -171,7 +172,7 @@ def launch(
     processes_per_replica: int | None = None,
     environ: Mapping[str, str] = os.environ,
     start_timeout_s: float = 120,
-    rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S,
+    timeouts: WorkerTimeouts = DEFAULT_TIMEOUTS,
 ) -> list[R]:
     """Runs `worker(context, *args)` in each worker process of this replica; their results by rank.
 
@@ -180,14 +181,15 @@ def launch(
     On a cluster this replica starts `processes_per_replica` (default `world_size / replicas`)
     and returns their results only. `worker` must be module-level, its arguments and result
     picklable. Raises `WorkerFailed` for the first worker that raises, dies, or is not started
-    after `start_timeout_s`; `rendezvous_timeout_s` is how long workers wait for their peers.
+    after `start_timeout_s`, or makes no progress (see components.watchdog) for
+    `timeouts.progress_s` (`timeouts.rendezvous_s` while it waits for its peers to join).
     """
     if world_size < 1:
         raise GnnflowError(f"world_size must be at least 1, got {world_size}")
     cluster = cluster_from_environment(environ)
     stores = []  # referenced until the workers are done: the launcher hosts them locally
     if cluster is None:
-        stores = host_stores(2, timeout_s=rendezvous_timeout_s)
+        stores = host_stores(2, timeout_s=timeouts.rendezvous_s)
         cluster, per_replica = ClusterSpec(1, 0, "127.0.0.1", stores[0].port, stores[1].port), world_size
     else:
         per_replica = processes_per_replica or world_size // cluster.num_replicas
@@ -197,8 +199,7 @@ def launch(
     addresses = (cluster.master_addr, cluster.master_port, cluster.rpc_port)
     first = cluster.replica_rank * per_replica
     contexts = [
-        WorkerContext(first + local, world_size, local, per_replica, *addresses, bool(stores), rendezvous_timeout_s)
-        for local in range(per_replica)
+        WorkerContext(first + local, world_size, local, per_replica, *addresses, bool(stores), timeouts) for local in range(per_replica)
     ]
     logger.info("starting ranks %d-%d of %d; rendezvous %s:%d, RPC port %d", first, contexts[-1].rank, world_size, *addresses)
     # Pickled here, so that a worker the child cannot import fails in its error reporting, not its bootstrap.
@@ -215,7 +216,7 @@ def launch_staged(
     *,
     world_size: int,
     processes_per_replica: int | None = None,
-    rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S,
+    timeouts: WorkerTimeouts = DEFAULT_TIMEOUTS,
 ) -> R | None:
     """:func:`launch` for workers that write into ``staging``, a new generation of a step's output.
 
@@ -226,9 +227,7 @@ def launch_staged(
     cluster = cluster_from_environment()
     publishes = cluster is None or cluster.replica_rank == 0
     try:
-        results = launch(
-            worker, args, world_size=world_size, processes_per_replica=processes_per_replica, rendezvous_timeout_s=rendezvous_timeout_s
-        )
+        results = launch(worker, args, world_size=world_size, processes_per_replica=processes_per_replica, timeouts=timeouts)
     except BaseException:
         if publishes:
             staging.abort()
@@ -273,13 +272,22 @@ class _Launch:
         self.known: dict[int, float] = {}  # pid → start time of every process seen in the workers' trees
         self.resources: set[worker_resources.Resource] = set()  # semaphores etc. the workers registered
         self.shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+        timeouts = contexts[0].timeouts
+        self.board = watchdog.ProgressBoard(multiprocessing.get_context("spawn"), len(contexts), timeouts.progress_s, timeouts.rendezvous_s)
 
     def run(self) -> list[Any]:
         """Starts the workers and watches them; cleans up on every way out, signals included."""
         # SIGTERM → SystemExit(143), unwinding through the cleanup (a host's own handler decides itself).
-        own_sigterm = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        # SIGINT → KeyboardInterrupt even where it was inherited as ignored (a job started in the
+        # background of a non-interactive shell): an explicit `kill -INT` must still stop the workers.
+        main_thread = threading.current_thread() is threading.main_thread()
+        own_sigterm = main_thread and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        previous_sigint = signal.getsignal(signal.SIGINT) if main_thread else None
+        own_sigint = previous_sigint in (signal.SIG_IGN, signal.SIG_DFL)
         if own_sigterm:
             signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        if own_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             self._start()
             self._watch()
@@ -292,6 +300,8 @@ class _Launch:
             finally:
                 if own_sigterm:
                     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                if own_sigint:
+                    signal.signal(signal.SIGINT, previous_sigint)
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def _start(self) -> None:
@@ -302,7 +312,7 @@ class _Launch:
         spawn = multiprocessing.get_context("spawn")
         for context in self.contexts:
             reader, writer = spawn.Pipe(duplex=False)
-            arguments = (self.payload, context, writer, os.getpid())
+            arguments = (self.payload, context, writer, os.getpid(), self.board.array)
             process = spawn.Process(target=_worker_main, args=arguments, name=f"gnnflow-rank-{context.rank}")
             self.workers.append(_Worker(context, process, reader, time.monotonic()))
             process.start()
@@ -325,6 +335,12 @@ class _Launch:
             now = time.monotonic()
             if now > start_deadline and (late := [w.context.rank for w in self.workers if not (w.started or w.exited)]):
                 raise WorkerFailed(late[0], f"did not start within {self.start_timeout_s:.0f} s")
+            running = {w.context.local_rank: w.process.pid for w in self.workers if w.started and not (w.exited or w.has_result)}
+            if stall := self.board.stall(running):  # type: ignore[arg-type]
+                rank = self.workers[stall.local_rank].context.rank
+                reason = watchdog.describe(stall, rank, self.board.host)
+                logger.error("worker rank %d: %s", rank, reason)
+                raise WorkerFailed(rank, reason)
             if exit_deadline is None and all(worker.has_result for worker in self.workers):
                 exit_deadline = now + _EXIT_GRACE_S
             if exit_deadline is not None and now > exit_deadline:
@@ -453,7 +469,7 @@ def _release_shared_memory(pids: set[int], shm_before: set[str]) -> None:
                 os.unlink(os.path.join("/dev/shm", name))
 
 
-def _worker_main(payload: bytes, context: WorkerContext, writer: Connection, launcher_pid: int) -> None:
+def _worker_main(payload: bytes, context: WorkerContext, writer: Connection, launcher_pid: int, board: Any) -> None:
     """Entry point of a worker process: isolates it, runs the worker, reports the outcome."""
     os.setpgrp()  # first thing: all this worker starts joins its group, to be killed as one
     for fd in [int(name) for name in os.listdir("/proc/self/fd") if int(name) > 2]:
@@ -472,6 +488,7 @@ def _worker_main(payload: bytes, context: WorkerContext, writer: Connection, lau
         with lock:
             writer.send(message)
 
+    watchdog.attach(board, context.local_rank)
     send(("started", os.getpid()))
     worker_resources.report_registrations(send)
     from components.runlog import configure

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 
 from tqdm import tqdm
 
+from components import watchdog
+
 
 class _CurrentStderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record arrives, not the one at set-up: a
@@ -55,6 +57,7 @@ class LoggedProgress:
 
     def update(self, n: int = 1) -> None:
         self.n += n
+        watchdog.touch()
         now = time.monotonic()
         if now - self.last >= self.interval_s:
             self.last = now
@@ -73,11 +76,20 @@ class LoggedProgress:
         self.close()
 
 
+class _WatchedBar(tqdm):
+    """tqdm's bar whose every update is progress for the watchdog too."""
+
+    def update(self, n: float | None = 1) -> bool | None:
+        watchdog.touch()
+        return super().update(n)
+
+
 def progress(description: str, unit: str = "rows", total: int | None = None) -> tqdm | LoggedProgress:
-    """A progress bar on stderr when it is a terminal; otherwise periodic log lines."""
+    """A progress bar on stderr when it is a terminal; otherwise periodic log lines. Each update
+    is progress for the watchdog of a multi-worker step (components.watchdog)."""
     if not sys.stderr.isatty():
         return LoggedProgress(description, unit, total)
-    return tqdm(desc=description, unit=unit, unit_scale=True, total=total, file=sys.stderr, mininterval=1.0, leave=False)
+    return _WatchedBar(desc=description, unit=unit, unit_scale=True, total=total, file=sys.stderr, mininterval=1.0, leave=False)
 
 
 @contextmanager

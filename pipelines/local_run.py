@@ -136,7 +136,7 @@ def plan(config: GnnflowConfig, outputs: RunOutputs, infer_mode: str = "sampled"
                 c.partition,
                 c.resources.world_size,
                 c.resources.processes_per_replica,
-                c.resources.rendezvous_timeout_s,
+                c.resources.worker_timeouts,
             ),
         ),
         _PlannedStep(

@@ -91,7 +91,7 @@ def glt_rpc_round(context: WorkerContext, fail: bool) -> list[int]:
     import graphlearn_torch as glt
 
     glt.distributed.init_worker_group(world_size=context.world_size, rank=context.rank, group_name="launcher-test")
-    context.init_rpc(num_rpc_threads=2, rpc_timeout=60)
+    context.init_rpc(num_rpc_threads=2)
     context.init_process_group()
     ranks = sorted(glt.distributed.all_gather(context.rank).values())
     if fail and context.rank == 1:

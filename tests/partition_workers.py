@@ -19,7 +19,7 @@ def sample_and_check(ctx: WorkerContext, partitions_uri: str, features: torch.Te
     part = read_partition(storage.open_published(partitions_uri), ctx.rank)
     dataset = to_dist_dataset(part)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="partition-test")
-    ctx.init_rpc(num_rpc_threads=4, rpc_timeout=180)
+    ctx.init_rpc(num_rpc_threads=4)
     (node_type,) = part.nodes
     seeds = part.nodes[node_type]["node_id"][:256]
     loader = glt.distributed.DistNeighborLoader(

@@ -33,7 +33,7 @@ def draw_epochs(ctx: WorkerContext, partitions_uri: str, fan_outs: list[int], ba
     seeds = part.nodes[node_type]["node_id"][part.nodes[node_type]["split"] == 0]
     dataset = to_dist_dataset(part)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="sampling-test")
-    ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=180)
+    ctx.init_rpc(num_rpc_threads=RPC_THREADS)
     # numpy, not tensors: the launcher's pipe would pass tensors as shared memory that a worker
     # which has returned no longer serves.
     result: dict = {

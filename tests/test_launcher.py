@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from components.config.resources import WorkerTimeouts
 from components.errors import GnnflowError
 from components.launcher import ClusterSpec, WorkerFailed, cluster_from_environment, launch
 from tests.launcher_workers import all_reduce_rank, fail_or_wait, glt_rpc_round
@@ -124,10 +125,23 @@ def _python_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
 
 
+@pytest.mark.parametrize("inherited_sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signalled_launcher_kills_its_workers_and_dies_of_the_signal(sig: signal.Signals, tmp_path: Path) -> None:
+def test_a_signalled_launcher_kills_its_workers_and_dies_of_the_signal(
+    sig: signal.Signals, inherited_sigint: signal.Handlers, tmp_path: Path
+) -> None:
+    """The launcher's SIGINT disposition is set here, not inherited from however pytest was
+    started: a background job of a non-interactive shell inherits SIGINT as ignored, and the
+    launcher must still stop on an explicit SIGINT."""
     command = [sys.executable, "-m", "tests.launcher_workers", "hang", str(tmp_path)]
-    launcher = subprocess.Popen(command, cwd=REPO, env=_python_env(), stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=_python_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, inherited_sigint),
+    )
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("rank*.json"))) < 2 and time.monotonic() < deadline and launcher.poll() is None:
         time.sleep(0.1)
@@ -222,7 +236,7 @@ def test_a_peer_that_never_joins_fails_the_rendezvous_after_resources_rendezvous
     environ = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2", "RANK": "0"}
     started = time.monotonic()
     with pytest.raises(WorkerFailed, match="rank 0 failed"):
-        launch(all_reduce_rank, world_size=2, environ=environ, rendezvous_timeout_s=5)
+        launch(all_reduce_rank, world_size=2, environ=environ, timeouts=WorkerTimeouts(rendezvous_s=5))
     waited = time.monotonic() - started
     assert 5 <= waited < 60, waited
 

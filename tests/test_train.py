@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -23,6 +27,9 @@ from components.partition.store import read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.train.step import train
+from components.launcher import WorkerFailed
+from tests.test_launcher import _children, _new_shm_files, _sysv_segments
+from tests.test_watchdog import sampling_processes
 from tests.train_kill import kill_a_worker_then_resume
 from tests.test_citeseer import citeseer_graph, needs_citeseer
 
@@ -190,6 +197,38 @@ def test_multiprocess_sampling_trains_and_publishes(tmp_path, one_sided_validati
     assert state["head.weight"].shape == (5, 64)
     lines = [json.loads(line) for line in published.read_bytes("metrics.jsonl").decode().splitlines()]
     assert [line["epoch"] for line in lines] == [0, 1, 2, 3, 4] and all(line["batches_per_s"] > 0 for line in lines)
+
+
+def test_a_stopped_sampling_process_fails_the_step_within_the_progress_timeout(tmp_path, one_sided_validation):
+    """GLT's loader waits for a stopped sampling process with no timeout of its own: the
+    watchdog ends the step, naming the stopped process, and nothing is left behind."""
+    raw, partitions, _ = one_sided_validation
+    progress_s = 20  # above anything this graph spends between two marks, even on a loaded machine
+    config = with_updates(raw, training={"sampling": "multiprocess", "sampling_workers": 1, "epochs": 500, "batch_size": 8},
+                          resources={"progress_timeout_s": progress_s})
+    shm_before, sysv_before = set(os.listdir("/dev/shm")), _sysv_segments()
+    stopped: list[int] = []
+
+    def stop_one_once_training() -> None:
+        checkpoint = tmp_path / "model" / "_checkpoints" / "checkpoint.pt"
+        deadline = time.monotonic() + 240
+        while not checkpoint.exists() and time.monotonic() < deadline:  # an epoch done: the loaders are running
+            time.sleep(0.1)
+        victims = sampling_processes()
+        if victims:
+            stopped.append(victims[0].pid)
+            os.kill(victims[0].pid, signal.SIGSTOP)
+
+    threading.Thread(target=stop_one_once_training, daemon=True).start()
+    with pytest.raises(WorkerFailed) as raised:
+        train(config, partitions, tmp_path / "model")
+    message = str(raised.value)
+    assert stopped, "no sampling process was found to stop"
+    assert f"process {stopped[0]} " in message and "is stopped" in message, message
+    assert "no progress for" in message and "resources.progress_timeout_s" in message, message
+    assert _children() == [] and _new_shm_files(shm_before) == set() and _sysv_segments() - sysv_before == set()
+    with pytest.raises(GnnflowError, match="is not a published output"):
+        storage.open_published(tmp_path / "model", step="train")  # nothing published
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -13,7 +14,23 @@ MULTI_WORKER_STEPS: tuple[StepName, ...] = ("partition", "train", "infer")  # th
 # A replica on a fresh node first pulls the 8 GB step image (several minutes) while its peers
 # already wait at the rendezvous: 15 minutes is the least that survives that, with room to spare.
 DEFAULT_RENDEZVOUS_TIMEOUT_S = 1200.0
+# Longer than any step spends between two marks of progress on a healthy worker (a batch, a shard,
+# a round of a collective), short enough that a hung job is noticed within minutes, not hours.
+DEFAULT_PROGRESS_TIMEOUT_S = 300.0
+DEFAULT_RPC_TIMEOUT_S = 300.0  # GLT's RPC calls (feature and neighbour requests to peers)
 BootDiskType = Literal["pd-ssd", "pd-standard", "hyperdisk-balanced"]  # what Vertex AI's DiskSpec takes
+
+
+@dataclass(frozen=True)
+class WorkerTimeouts:
+    """How long the workers of a multi-worker step wait, in seconds (``resources.*_timeout_s``)."""
+
+    rendezvous_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S
+    progress_s: float = DEFAULT_PROGRESS_TIMEOUT_S
+    rpc_s: float = DEFAULT_RPC_TIMEOUT_S
+
+
+DEFAULT_TIMEOUTS = WorkerTimeouts()
 
 
 class TaskRequests(_Section):
@@ -108,6 +125,19 @@ class ResourcesSpec(_Section):
         "rendezvous, also its collectives' timeout). The default, 20 minutes, covers replicas that first pull the "
         "multi-GB step image on a fresh node.",
     )
+    progress_timeout_s: float = Field(
+        DEFAULT_PROGRESS_TIMEOUT_S,
+        gt=0,
+        description="A worker of a multi-worker step that makes no progress (a batch, a shard, a collective) for this "
+        "long fails the step, named with its host and phase, and every worker is stopped: a stopped or hung peer ends "
+        "the job instead of leaving the others waiting. Waiting at the rendezvous counts against rendezvous_timeout_s.",
+    )
+    rpc_timeout_s: float = Field(
+        DEFAULT_RPC_TIMEOUT_S,
+        gt=0,
+        description="GLT's RPC timeout (init_rpc and the sampling workers' options): how long a request to a peer "
+        "(features, neighbours) may take before it fails.",
+    )
     requests: TaskRequests = Field(default_factory=TaskRequests, description="Requests of every pipeline task (compile time).")
     step_requests: dict[StepName, TaskRequests] = Field(
         default_factory=dict, description="Per step (preprocess, ..., report): requests that replace those in `requests` (compile time)."
@@ -129,6 +159,10 @@ class ResourcesSpec(_Section):
                 "run on custom_job.machine_type (and its accelerators), not in the pipeline task"
             )
         return self
+
+    @property
+    def worker_timeouts(self) -> WorkerTimeouts:
+        return WorkerTimeouts(self.rendezvous_timeout_s, self.progress_timeout_s, self.rpc_timeout_s)
 
     @property
     def replica_count(self) -> int:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from components import watchdog
 from components.config import GnnflowConfig
 from components.gnn.build import reverse_edge_type, target_edge_type
 from components.gnn.link_labels import hard_negative_pairs, positive_pairs
@@ -89,7 +90,7 @@ class LinkTask:
         joined = model.join() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
         remote = RemoteCounter(self.node_counts, self.rank)
         with joined:
-            for batch in self.loaders["train"]:
+            for batch in watchdog.batches(self.loaders["train"]):
                 remote.add(batch)
                 optimizer.zero_grad()
                 pairs, label = in_batch_negatives(*self._labelled_pairs(batch), self.in_batch_rolls)
@@ -115,7 +116,7 @@ class LinkTask:
         (from summed score histograms: constant memory whatever the number of pairs)."""
         model.eval()
         positive, negative = torch.zeros(AUC_BINS, dtype=torch.int64), torch.zeros(AUC_BINS, dtype=torch.int64)
-        for batch in self.loaders[split]:
+        for batch in watchdog.batches(self.loaders[split], working="evaluating"):
             pairs, label = self._labelled_pairs(batch)
             scores = model(batch, pairs)
             label = label.bool()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from components import watchdog
+
 
 def confusion_matrix(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> torch.Tensor:
     """(num_classes, num_classes) int64 counts, rows: true class, columns: predicted class; on
@@ -17,7 +19,8 @@ def all_sum(t: torch.Tensor) -> torch.Tensor:
     """Sum of ``t`` over every worker (``t`` unchanged when there is no process group)."""
     if dist.is_initialized():
         t = t.clone()
-        dist.all_reduce(t)
+        with watchdog.phase("all-reduce"):
+            dist.all_reduce(t)
     return t
 
 

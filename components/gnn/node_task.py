@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from components import watchdog
 from components.config import GnnflowConfig
 from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
 from components.gnn.sampling import RemoteCounter, SamplingSetup, node_loader
@@ -85,7 +86,7 @@ class NodeTask:
         return EpochResult(float(totals[0]) / max(count, 1), int(totals[1]), seconds, classification_metrics(confusion), remote.fraction())
 
     def _train_batches(self, model, optimizer, confusion, bar, stats: list, remote: RemoteCounter) -> None:
-        for batch in self.loaders["train"]:
+        for batch in watchdog.batches(self.loaders["train"]):
             remote.add(batch)
             y = self._seed_labels(batch)
             optimizer.zero_grad()
@@ -105,7 +106,7 @@ class NodeTask:
         """Accuracy and macro-F1 over every worker's ``split`` seeds."""
         model.eval()
         confusion = torch.zeros((self.num_classes, self.num_classes), dtype=torch.int64)
-        for batch in self.loaders[split]:
+        for batch in watchdog.batches(self.loaders[split], working="evaluating"):
             y = self._seed_labels(batch)
             pred = model(batch)[: len(y)].argmax(-1)
             labelled = y >= 0

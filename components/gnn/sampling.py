@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from components import watchdog
 from components.config import GnnflowConfig, TrainingSpec
 from components.gnn import distinct_sampling, glt_compat
 from components.gnn.build import forward_edge_name, uses_edge_features
@@ -58,7 +59,10 @@ class SamplingSetup:
 
         if self.training.sampling == "collocated":
             return glt.distributed.CollocatedDistSamplingWorkerOptions(
-                master_addr=self.ctx.master_addr, master_port=self.ctx.rpc_port, num_rpc_threads=RPC_THREADS, rpc_timeout=180
+                master_addr=self.ctx.master_addr,
+                master_port=self.ctx.rpc_port,
+                num_rpc_threads=RPC_THREADS,
+                rpc_timeout=self.ctx.timeouts.rpc_s,
             )
         # One batch in flight per subprocess and one RPC thread keep the random draws in a fixed
         # order (see RPC_THREADS); with one subprocess, batches then arrive in a fixed order too.
@@ -71,7 +75,7 @@ class SamplingSetup:
             channel_size=CHANNEL_BYTES,
             pin_memory=self.placement.on_cuda,  # page-locked channel: faster copies to the GPU
             num_rpc_threads=RPC_THREADS,
-            rpc_timeout=180,
+            rpc_timeout=self.ctx.timeouts.rpc_s,
         )
         # GLT sizes the channel at num_workers * worker_concurrency messages, but its
         # shared-memory queue never delivers with a capacity of 1 (producer and consumer both
@@ -107,7 +111,8 @@ def node_loader(
 
     glt_compat.install()
 
-    with glt_compat.start_barriers_kept() as kept, distinct_sampling.replacement(setup.training.replace):
+    # Building a loader is collective, and in multiprocess mode starts sampling processes that join an RPC group of their own.
+    with watchdog.phase("rendezvous"), glt_compat.start_barriers_kept() as kept, distinct_sampling.replacement(setup.training.replace):
         loader = glt.distributed.DistNeighborLoader(
             dataset,
             fan_outs or setup.fan_outs,
@@ -142,7 +147,8 @@ def link_loader(
 
     seeds = (edge_type_tuple(edge_type), pairs) if edge_type else pairs
     negatives = glt.sampler.NegativeSampling("binary", setup.training.negative_ratio) if random_negatives else None
-    with glt_compat.start_barriers_kept() as kept, distinct_sampling.replacement(setup.training.replace):
+    # Building a loader is collective, and in multiprocess mode starts sampling processes that join an RPC group of their own.
+    with watchdog.phase("rendezvous"), glt_compat.start_barriers_kept() as kept, distinct_sampling.replacement(setup.training.replace):
         loader = glt.distributed.DistLinkNeighborLoader(
             dataset,
             setup.fan_outs,

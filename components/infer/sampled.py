@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import torch
 
+from components import watchdog
 from components.gnn.sampling import SamplingSetup, node_loader
 from components.infer.outputs import NodeOutputs, class_probabilities, concat_outputs
 from components.infer.restore import RestoredModel
@@ -77,7 +78,7 @@ def sampled_outputs(setup: SamplingSetup, dataset, part: StoredPartition, model:
         seeds = own if len(own) else torch.zeros(1, dtype=torch.int64)
         loader = node_loader(setup, dataset, (node_type, seeds) if hetero else seeds, batch_size=batch_size, shuffle=False)
         start, pieces = time.perf_counter(), []
-        for batch in loader:
+        for batch in watchdog.batches(loader, working="evaluating"):
             ids, embeddings = _embed_batch(module, batch, node_type)
             probabilities = class_probabilities(module, embeddings) if with_probabilities else None
             pieces.append(NodeOutputs(*setup.placement.to_host((ids.clone(), embeddings, probabilities))))

@@ -28,7 +28,7 @@ import pyarrow as pa
 import torch
 import torch.distributed as dist
 
-from components import storage
+from components import storage, watchdog
 from components.config import GnnflowConfig
 from components.errors import GnnflowError
 from components.gnn.device import Placement, check_device, worker_placement
@@ -91,7 +91,7 @@ def _sampled(
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     dataset = to_dist_dataset(part, edge_filter=message_edges(part, ctx.world_size), placement=placement)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-infer")
-    ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=300)
+    ctx.init_rpc(num_rpc_threads=RPC_THREADS)
     setup = SamplingSetup.of(ctx, job.config, part.metadata.schema, edge_dir, placement)
     outputs = sampled_outputs(setup, dataset, part, model, job.config.training.eval_batch_size)
     glt.distributed.barrier()  # peers may still sample from this partition
@@ -222,6 +222,7 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     generation = [job.generation]  # on a cluster every replica's launcher named its own: rank 0's wins
     dist.broadcast_object_list(generation, src=0)
     staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
+    watchdog.mark("loading")
     partitions = storage.open_published(job.partitions, step=PARTITION_STEP)
     part = read_partition(partitions, ctx.rank)
     if job.mode == "sampled" and job.config.training.sampling == "multiprocess":
@@ -246,6 +247,7 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     model.module.cpu()  # the outputs are on the host; the link metrics below score host embeddings
     seconds = time.perf_counter() - start
     _check_complete(outputs, part)
+    watchdog.mark("writing")
     originals = {t: read_original_ids(partitions, ctx.rank, t) for t in schema.node_types}  # this partition's only
     _write_shards(staging, part, outputs, originals, ctx.rank)
     retrieval = _retrieval(staging, part, outputs, originals, ctx, job.config) if job.config.retrieval_on else {}
@@ -256,6 +258,7 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
         metrics = _classification_metrics(staging, part, originals, ctx.rank)
     else:
         metrics = _link_metrics(staging, part, originals, model, ctx, job.config.training.seed) | retrieval
+    watchdog.mark("publishing")
     if ctx.rank != 0:
         dist.barrier()  # nobody leaves while rank 0 may still talk to it
         return None
@@ -322,7 +325,7 @@ def infer(
         (job,),
         world_size=world_size,
         processes_per_replica=config.resources.processes_per_replica,
-        rendezvous_timeout_s=config.resources.rendezvous_timeout_s,
+        timeouts=config.resources.worker_timeouts,
     )
     if result is None:
         return None

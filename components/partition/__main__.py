@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from components import storage
 from components.config import PartitionSpec
-from components.config.resources import DEFAULT_RENDEZVOUS_TIMEOUT_S
+from components.config.resources import WorkerTimeouts
 from components.config_source import add_config_arguments, config_from_arguments
 from components.entrypoint import run_cli
 from components.partition.step import partition
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput | None:
         config.partition if config else PartitionSpec(),
         args.world_size or (config.resources.world_size if config else 1),
         args.processes_per_replica or (config.resources.processes_per_replica if config else 1),
-        config.resources.rendezvous_timeout_s if config else DEFAULT_RENDEZVOUS_TIMEOUT_S,
+        config.resources.worker_timeouts if config else WorkerTimeouts(),
     )
 
 

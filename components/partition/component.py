@@ -18,7 +18,7 @@ def partition(config: str, overrides: str, replicas: int, tfrecords: Input[Datas
         source, output = pipeline_task.artifact_uri(tfrecords), pipeline_task.artifact_uri(partitions)
         resources = resolved.resources
         result = run_step(
-            source, output, resolved.partition, resources.world_size, resources.processes_per_replica, resources.rendezvous_timeout_s
+            source, output, resolved.partition, resources.world_size, resources.processes_per_replica, resources.worker_timeouts
         )
         published = pipeline_task.published_here("partition", result, replicas)
         if published is not None:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from components import storage
+from components import storage, watchdog
 from components.config import PartitionSpec
-from components.config.resources import DEFAULT_RENDEZVOUS_TIMEOUT_S
+from components.config.resources import DEFAULT_TIMEOUTS, WorkerTimeouts
 from components.launcher import WorkerContext, launch_staged
 from components.partition.loading import load_graph
 from components.partition.original_ids import write_original_ids
@@ -50,11 +50,14 @@ def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage
     staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
     serialized = storage.open_published(job.input, step=SERIALIZE_STEP)
     metadata = read_graph_metadata(serialized)
+    watchdog.mark("loading")
     graph = load_graph(serialized, metadata, ctx.rank, ctx.world_size, parallel=job.options.load_in_parallel)
     dist.barrier()
     start = time.perf_counter()
+    watchdog.mark("computing")
     part = partition_graph(graph, metadata, ctx.rank, ctx.world_size, job.options)
     del graph
+    watchdog.mark("writing")
     entries = write_partition(part, staging)
     entries |= write_original_ids(serialized, metadata, part, staging, part_folder(ctx.rank))
     log.info(
@@ -67,6 +70,7 @@ def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage
     )
     gathered: list = [None] * ctx.world_size
     dist.all_gather_object(gathered, entries)
+    watchdog.mark("publishing")
     if ctx.rank != 0:
         dist.barrier()
         return None
@@ -96,7 +100,7 @@ def partition(
     options: PartitionSpec,
     world_size: int,
     processes_per_replica: int = 1,
-    rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S,
+    timeouts: WorkerTimeouts = DEFAULT_TIMEOUTS,
 ) -> storage.PublishedOutput | None:
     """Runs the step; returns the published output (None on cluster replicas other than the first)."""
     output = storage.parse_uri(output)
@@ -111,7 +115,7 @@ def partition(
         (job,),
         world_size=world_size,
         processes_per_replica=processes_per_replica,
-        rendezvous_timeout_s=rendezvous_timeout_s,
+        timeouts=timeouts,
     )
     if entries is None:
         return None

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from components import storage
+from components import storage, watchdog
 from components.config import GnnflowConfig
 from components.gnn.build import build_model
 from components.gnn.device import Placement, check_device, worker_placement
@@ -76,7 +76,7 @@ def _sampled_setup(ctx: WorkerContext, part: StoredPartition, config: GnnflowCon
     link = schema.task_type == "link_prediction"
     dataset = to_dist_dataset(part, edge_filter=training_edges(part, schema, ctx.world_size) if link else None, placement=placement)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-train")
-    ctx.init_rpc(num_rpc_threads=RPC_THREADS, rpc_timeout=300)
+    ctx.init_rpc(num_rpc_threads=RPC_THREADS)
     setup = SamplingSetup.of(ctx, config, schema, edge_dir, placement)
     task = LinkTask(setup, dataset, part, config) if link else NodeTask(setup, dataset, part, node_splits(part), config)
     part.edges.clear()  # GLT holds its own adjacency now: keep one copy of the partition's topology, not two
@@ -100,6 +100,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
     placement = worker_placement(config.training, ctx)
     ctx.init_process_group(backend=placement.backend)
     torch.set_num_threads(1)  # workers share the machine's cores; oversubscription costs more than it gains
+    watchdog.mark("loading")
     partitions = storage.open_published(job.input, step=PARTITION_STEP)
     part = read_partition(partitions, ctx.rank)
     if config.training.mode == "sampled" and config.training.sampling == "multiprocess":
@@ -136,7 +137,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
         result = task.train_epoch(ddp, optimizer, show_progress=ctx.rank == 0)
         val = task.evaluate(model, "val")
         slowest = torch.tensor([result.seconds])
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        with watchdog.phase("all-reduce"):
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         seconds = float(slowest)
         line = {
             "epoch": epoch,
@@ -157,7 +159,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
         state.next_epoch = epoch + 1
         state.model, state.optimizer = model.state_dict(), optimizer.state_dict()
         if ctx.rank == 0:
-            checkpoint.save(state, output)
+            with watchdog.phase("writing"):
+                checkpoint.save(state, output)
             train_part = f", train {metric} {result.train[metric]:.4f}" if metric in result.train else ""
             remote = "edges read from other workers" if config.training.mode == "full_graph" else "sampled nodes remote"
             log.info(
@@ -174,7 +177,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
                 remote,
                 100 * result.remote_fraction,
             )
-        dist.barrier()  # nobody starts the next epoch before the checkpoint of this one exists
+        with watchdog.phase("all-reduce"):
+            dist.barrier()  # nobody starts the next epoch before the checkpoint of this one exists
         if patience is not None and state.epochs_without_improvement >= patience:
             if ctx.rank == 0:
                 log.info("early stopping: no better validation %s for %d epochs", metric, patience)
@@ -185,6 +189,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
     final |= {f"test_{k}": v for k, v in task.evaluate(model, "test").items()}
     task.shutdown()
     stop()
+    watchdog.mark("publishing")
     if ctx.rank == 0:
         staging = storage.OutputStaging(output, STEP, generation=job.generation)
         buffer = io.BytesIO()
@@ -225,7 +230,7 @@ def train(config: GnnflowConfig, input_uri: storage.Uri | str, output: storage.U
         (job,),
         world_size=world_size,
         processes_per_replica=config.resources.processes_per_replica,
-        rendezvous_timeout_s=config.resources.rendezvous_timeout_s,
+        timeouts=config.resources.worker_timeouts,
     )
     if result is None:  # a cluster replica that does not publish
         return None

@@ -22,6 +22,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from components import watchdog
 from components.gnn.full_graph.plan import AggregationPlan
 
 
@@ -34,9 +35,10 @@ def _swap(send: torch.Tensor | None, to: int, receive: tuple[int, ...] | None, s
     if receive is not None:
         received = torch.empty(receive, dtype=dtype)
         works.append(dist.irecv(received, source))
-    for work in works:
-        if work is not None:  # None only for a rank outside the group, which these never are
-            work.wait()
+    with watchdog.phase("all-reduce"):
+        for work in works:
+            if work is not None:  # None only for a rank outside the group, which these never are
+                work.wait()
     return received
 
 

@@ -1,0 +1,117 @@
+"""The progress watchdog of multi-worker steps: a stopped worker, a stopped sampling process and
+a peer that never reaches the rendezvous each fail the step within the configured time, naming
+the rank, its host and phase, and leave no process, shared-memory file or SysV segment behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from components import watchdog
+from components.config import GnnflowConfig
+from components.config.resources import WorkerTimeouts
+from components.launcher import WorkerFailed, launch
+from tests.test_launcher import LOCAL, _children, _new_shm_files, _sysv_segments
+from tests.watchdog_workers import all_reduce_forever, late_peer
+
+PROGRESS_S = 3.0
+
+
+def _wait_for_records(folder: Path, ranks: int, timeout_s: float = 120) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while len(list(folder.glob("rank*.json"))) < ranks and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [json.loads((folder / f"rank{rank}.json").read_text())["pid"] for rank in range(ranks)]
+
+
+def _after(delay_s: float, action) -> threading.Thread:
+    thread = threading.Thread(target=lambda: (time.sleep(delay_s), action()), daemon=True)
+    thread.start()
+    return thread
+
+
+def _assert_nothing_left(shm_before: set[str], sysv_before: set[int]) -> None:
+    assert _children() == []
+    assert _new_shm_files(shm_before) == set()
+    assert _sysv_segments() - sysv_before == set()
+
+
+def test_a_stopped_worker_fails_the_step_naming_it(tmp_path: Path) -> None:
+    shm_before, sysv_before = set(os.listdir("/dev/shm")), _sysv_segments()
+
+    def stop_rank_1() -> None:
+        pids = _wait_for_records(tmp_path, 2)
+        time.sleep(0.5)  # a few rounds of progress first
+        os.kill(pids[1], signal.SIGSTOP)
+
+    _after(0, stop_rank_1)
+    started = time.monotonic()
+    with pytest.raises(WorkerFailed) as raised:
+        launch(all_reduce_forever, (str(tmp_path),), world_size=2, environ=LOCAL, timeouts=WorkerTimeouts(progress_s=PROGRESS_S))
+    waited = time.monotonic() - started
+    message = str(raised.value)
+    assert raised.value.rank == 1, message
+    assert "no progress for" in message and f"on host {socket.gethostname()}" in message, message
+    assert "is stopped" in message and "resources.progress_timeout_s" in message, message
+    assert any(f"in phase {p}" in message for p in ("computing", "all-reduce")), message
+    assert waited < 60, waited  # stopped within seconds of the limit, not after gloo's 20 minutes
+    _assert_nothing_left(shm_before, sysv_before)
+
+
+def test_a_peer_that_never_reaches_the_rendezvous_fails_the_step_naming_it(tmp_path: Path) -> None:
+    """Starting (imports) and the rendezvous have the rendezvous limit: the peer that never got
+    there is named, not rank 0, which waited for it, and not torch's timeout at rank 0."""
+    with pytest.raises(WorkerFailed) as raised:
+        launch(late_peer, (str(tmp_path),), world_size=2, environ=LOCAL, timeouts=WorkerTimeouts(rendezvous_s=8, progress_s=PROGRESS_S))
+    message = str(raised.value)
+    assert raised.value.rank == 1 and "in phase starting" in message and "resources.rendezvous_timeout_s" in message, message
+    assert "is stopped" not in message, message
+    assert _children() == []
+
+
+def test_waiting_at_the_rendezvous_has_the_rendezvous_limit_and_waiting_for_a_moving_peer_is_no_stall() -> None:
+    board = watchdog.ProgressBoard(__import__("multiprocessing").get_context("spawn"), 3, 10.0, 100.0)
+    now = time.monotonic()
+    phases = {0: ("rendezvous", 50.0), 1: ("all-reduce", 20.0), 2: ("computing", 1.0)}
+    for local_rank, (name, ago) in phases.items():
+        board.array[2 * local_rank], board.array[2 * local_rank + 1] = now - ago, watchdog.PHASES.index(name)
+    me = os.getpid()
+    assert board.stall({0: me, 1: me, 2: me}) is None  # rank 1 waits for rank 2, which moves
+    board.array[4] = now - 30.0  # now rank 2 is stuck too: it is to blame, not rank 1 that waits for it
+    stall = board.stall({0: me, 1: me, 2: me})
+    assert stall is not None and (stall.local_rank, stall.phase, stall.limit_s) == (2, "computing", 10.0)
+    board.array[0] = now - 200.0
+    assert {s.local_rank for s in [board.stall({0: me})] if s} == {0}  # past the rendezvous limit
+
+
+def test_progress_timeouts_come_from_the_config() -> None:
+    config = GnnflowConfig.model_validate({
+        "graph": {"nodes": [{"type": "node", "uri": "n.csv", "label_column": "y"}], "edges": [{"type": "e", "uri": "e.csv"}]},
+        "resources": {"progress_timeout_s": 7, "rpc_timeout_s": 11, "rendezvous_timeout_s": 13},
+    })
+    assert config.resources.worker_timeouts == WorkerTimeouts(rendezvous_s=13, progress_s=7, rpc_s=11)
+    assert GnnflowConfig.model_validate({**config.model_dump(mode="json"), "resources": {}}).resources.progress_timeout_s == 300
+
+
+def sampling_processes(timeout_s: float = 180) -> list[psutil.Process]:
+    """The sampling subprocesses of this process's workers (spawned grandchildren), once there are some."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [
+            grandchild
+            for worker in _children()
+            for grandchild in worker.children()
+            if "spawn_main" in " ".join(grandchild.cmdline()) and "resource_tracker" not in " ".join(grandchild.cmdline())
+        ]
+        if found:
+            return found
+        time.sleep(0.2)
+    return []
