@@ -135,6 +135,7 @@ def make_config(citeseer: Path, world_size: int, epochs: int, device: str, args:
             "learning_rate": 0.005,
             "weight_decay": 0.005,
             "device": device,
+            "replace": True,  # GLT's GPU sampler draws with replacement; the CPU row draws the same way for the comparison
             "gpu_feature_fraction": args.gpu_feature_fraction,
             "gpu_graph_placement": args.gpu_graph,
         },

@@ -59,7 +59,7 @@ def test_workers_take_visible_gpus_by_local_rank(local_rank, workers, index, sha
 
 
 def test_gpu_settings_reach_glt():
-    training = TrainingSpec(device="cuda", gpu_feature_fraction=0.25, gpu_graph_placement="gpu")
+    training = TrainingSpec(device="cuda", replace=True, gpu_feature_fraction=0.25, gpu_graph_placement="gpu")
     placement = resolve_placement(training, 1, local_world_size=2, probe=TWO_GPUS)
     assert placement.graph_mode == "CUDA" and placement.shared_by == 1
     features = placement.glt_feature_args()
@@ -72,7 +72,7 @@ def test_gpu_settings_reach_glt():
 def test_cuda_without_a_gpu_is_an_error_naming_the_key():
     hidden = CudaProbe(available=False, device_count=0, visible_devices="")
     with pytest.raises(GnnflowError, match=r"training\.device is cuda but worker rank 3 sees no GPU .*CUDA_VISIBLE_DEVICES=''"):
-        resolve_placement(TrainingSpec(device="cuda"), 1, probe=hidden, rank=3)
+        resolve_placement(TrainingSpec(device="cuda", replace=True), 1, probe=hidden, rank=3)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
@@ -80,7 +80,7 @@ def test_cuda_on_this_machine_fails_before_workers_start():
     assert not CudaProbe.of_this_process().available
     check_device(TrainingSpec(device="auto"))  # auto and cpu never fail
     with pytest.raises(GnnflowError, match="training.device is cuda but this process sees no GPU"):
-        check_device(TrainingSpec(device="cuda"))
+        check_device(TrainingSpec(device="cuda", replace=True))
 
 
 def placement_worker(ctx: WorkerContext, training: TrainingSpec) -> str:
@@ -90,7 +90,7 @@ def placement_worker(ctx: WorkerContext, training: TrainingSpec) -> str:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_a_worker_without_a_gpu_fails_at_start_naming_the_key():
     with pytest.raises(WorkerFailed, match="worker rank 0 failed: training.device is cuda but worker rank 0 sees no GPU"):
-        launch(placement_worker, (TrainingSpec(device="cuda"),), world_size=1)
+        launch(placement_worker, (TrainingSpec(device="cuda", replace=True),), world_size=1)
 
 
 def test_rank_to_gpu_and_visible_device_names():
@@ -106,7 +106,7 @@ def test_state_comes_to_the_host_with_its_metadata():
     state = OrderedDict(weight=torch.ones(2), nested={"step": torch.tensor(3)})
     state._metadata = {"": {"version": 1}}  # type: ignore[attr-defined]
     assert CPU_PLACEMENT.to_host(state) is state  # on the CPU nothing is copied
-    gpu = resolve_placement(TrainingSpec(device="cuda"), 0, probe=TWO_GPUS)
+    gpu = resolve_placement(TrainingSpec(device="cuda", replace=True), 0, probe=TWO_GPUS)
     copied = gpu.to_host(state)  # host tensors here, but the copy path runs all the same
     assert type(copied) is OrderedDict and copied._metadata == {"": {"version": 1}}
     assert torch.equal(copied["weight"], state["weight"]) and int(copied["nested"]["step"]) == 3
@@ -129,7 +129,7 @@ def test_accelerators_with_device_cpu_are_refused(resources, key):
     with pytest.raises(GnnflowError, match=f"{key} but training.device is cpu"):
         parse_config(text + "training: {device: cpu}\n", "gpu.yaml")
     for device in ("auto", "cuda"):  # the accelerators are used
-        assert parse_config(text + f"training: {{device: {device}}}\n", "gpu.yaml").training.device == device
+        assert parse_config(text + f"training: {{device: {device}, replace: true}}\n", "gpu.yaml").training.device == device
 
 
 def test_device_defaults():
@@ -137,3 +137,39 @@ def test_device_defaults():
     assert (training.device, training.gpu_feature_fraction, training.gpu_graph_placement) == ("auto", 1.0, "pinned_host")
     with pytest.raises(GnnflowError, match="training.gpu_feature_fraction"):
         parse_config(MINIMAL + "training: {gpu_feature_fraction: 1.5}\n", "mem.yaml")
+
+
+def test_types_without_feature_values_are_held_on_the_host_when_features_go_to_the_gpu():
+    """GLT's GPU feature split creates no store for an empty tensor, and every lookup of such a
+    type raised KeyError: a partition without nodes of a type, a featureless type (also with
+    gpu_feature_fraction 0). Those types get a host ``Feature``; the rest keep GLT's stores."""
+    from graphlearn_torch.data.feature import Feature
+
+    from components.partition.dataset import _on_host_where_empty, empty_feature_types
+
+    features = {"paper": torch.rand(4, 3), "word": torch.zeros(5, 0), "venue": torch.zeros(0, 2)}
+    id2idx = {"paper": None, "word": None, "venue": None}
+    assert empty_feature_types(features) == ["word", "venue"]
+    gpu = resolve_placement(TrainingSpec(device="cuda", replace=True, gpu_feature_fraction=0.0), local_rank=0, local_world_size=1, probe=TWO_GPUS)
+    glt_stores = {t: f"GLT's store of {t}" for t in features}
+    stores = _on_host_where_empty(glt_stores, features, id2idx, gpu)
+    assert stores["paper"] == "GLT's store of paper"
+    assert isinstance(stores["word"], Feature) and not stores["word"].with_gpu
+    assert stores["word"][torch.tensor([0, 4])].shape == (2, 0)  # the lookup that raised KeyError
+    assert stores["venue"][torch.tensor([], dtype=torch.int64)].shape == (0, 2)
+    homogeneous = _on_host_where_empty("GLT's store", {"paper": torch.zeros(0, 3)}, {"paper": None}, gpu)
+    assert isinstance(homogeneous, Feature) and homogeneous[torch.tensor([], dtype=torch.int64)].shape == (0, 3)
+    assert _on_host_where_empty(glt_stores, features, id2idx, CPU_PLACEMENT) is glt_stores  # the CPU: GLT's as they are
+
+
+def test_distinct_neighbours_on_a_gpu_are_refused_naming_the_keys():
+    """GLT 0.2.4's GPU sampler draws with replacement and unseeded: sampled training that asks
+    for distinct neighbours (the default) on a GPU is refused, at config validation for cuda and
+    before any worker starts where auto finds a GPU."""
+    with pytest.raises(ValueError, match="training.replace: false needs the CPU sampler.*training.replace: true"):
+        TrainingSpec(device="cuda")
+    assert TrainingSpec(device="cuda", mode="full_graph").mode == "full_graph"  # samples nothing
+    with pytest.raises(GnnflowError, match="training.device auto found a GPU: training.replace: false needs the CPU sampler"):
+        check_device(TrainingSpec(device="auto"), probe=TWO_GPUS)
+    check_device(TrainingSpec(device="auto", replace=True), probe=TWO_GPUS)
+    check_device(TrainingSpec(device="auto"), probe=NO_GPU)

@@ -276,5 +276,5 @@ def test_device_auto_and_cpu_train_alike_without_a_gpu(tmp_path, one_sided_valid
 def test_device_cuda_without_a_gpu_fails_before_any_worker_starts(tmp_path, one_sided_validation):
     raw, partitions, _ = one_sided_validation
     with pytest.raises(GnnflowError, match="training.device is cuda but this process sees no GPU"):
-        train(with_updates(raw, training={"device": "cuda"}), partitions, tmp_path / "model")
+        train(with_updates(raw, training={"device": "cuda", "replace": True}), partitions, tmp_path / "model")
     assert not (tmp_path / "model").exists()

@@ -124,6 +124,15 @@ class ModelSpec(_Section):
     )
 
 
+# GLT 0.2.4's CUDA sampler draws with replacement from its own unseeded generator: gnnflow's
+# seeded, distinct draw (components/gnn/distinct_sampling.py) replaces GLT's CPU draw only.
+GPU_SAMPLER_LIMITS = (
+    "training.replace: false needs the CPU sampler: on a GPU, GLT 0.2.4 samples neighbours with replacement and does not "
+    "read training.seed. Set training.replace: true to sample on the GPU (runs are then not bit-reproducible), or "
+    "training.device: cpu (or training.mode: full_graph, which samples nothing)"
+)
+
+
 class TrainingSpec(_Section):
     mode: Literal["sampled", "full_graph"] = Field(
         "sampled",
@@ -195,6 +204,12 @@ class TrainingSpec(_Section):
         "host memory the GPU reads directly, no GPU memory used) or gpu (GLT CUDA: copied into GPU memory, faster). "
         "Ignored on the CPU.",
     )
+
+    @model_validator(mode="after")
+    def _distinct_sampling_on_the_cpu(self) -> TrainingSpec:
+        if self.device == "cuda" and self.mode == "sampled" and not self.replace:
+            raise ValueError(GPU_SAMPLER_LIMITS)
+        return self
 
 
 class RetrievalSpec(_Section):

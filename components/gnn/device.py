@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from components.config import TrainingSpec
+from components.config.steps import GPU_SAMPLER_LIMITS
 from components.errors import GnnflowError
 
 if TYPE_CHECKING:
@@ -205,11 +206,15 @@ def worker_placement(training: TrainingSpec, ctx: WorkerContext) -> Placement:
     return placement
 
 
-def check_device(training: TrainingSpec) -> None:
+def check_device(training: TrainingSpec, probe: CudaProbe | None = None) -> None:
     """Fails before any worker starts when ``training.device`` is cuda and this machine (where
-    the step's workers run) shows no GPU; workers check again themselves."""
+    the step's workers run) shows no GPU, or when ``auto`` finds one for sampled training that
+    asks for distinct neighbours, which only the CPU sampler draws; workers check again themselves."""
     if training.device == "cuda":
-        resolve_placement(training, 0)
+        resolve_placement(training, 0, probe=probe)
+    elif training.device == "auto" and training.mode == "sampled" and not training.replace:
+        if resolve_placement(training, 0, probe=probe).on_cuda:
+            raise GnnflowError(f"training.device auto found a GPU: {GPU_SAMPLER_LIMITS}")
 
 
 def _host_copy(value: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -91,13 +92,41 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
     dataset.init_graph(edge_index=plain(edge_index), edge_ids=plain(edge_ids), layout="COO", directed=True, **placement.glt_graph_args())
     if any(f.shape[1] for f in features.values()):
         dataset.init_node_features(node_feature_data=plain(features), id2idx=plain(id2idx), **placement.glt_feature_args())
+        dataset.node_features = _on_host_where_empty(dataset.node_features, features, id2idx, placement)
     if labels:
         label_ids = {t: id2idx[t] for t in labels}
         dataset.init_node_labels(node_label_data=plain(labels), id2idx=plain(label_ids))
     if edge_pb:
         edge_features = {edge_type_tuple(t): part.edges[t]["features"].to(torch.float32) for t in messages if edge_type_tuple(t) in edge_pb}
-        dataset.init_edge_features(
-            edge_feature_data=plain(edge_features), id2idx=plain({e: edge_pb[e].id2index for e in edge_pb}), **placement.glt_feature_args()
-        )
+        edge_id2idx = {e: edge_pb[e].id2index for e in edge_pb}
+        dataset.init_edge_features(edge_feature_data=plain(edge_features), id2idx=plain(edge_id2idx), **placement.glt_feature_args())
+        dataset.edge_features = _on_host_where_empty(dataset.edge_features, edge_features, edge_id2idx, placement)
     dataset.init_node_split((plain(splits.train), plain(splits.val), plain(splits.test)))
     return dataset
+
+
+def empty_feature_types(features: dict[Any, torch.Tensor]) -> list[Any]:
+    """Types whose feature tensor holds no value in this partition: no rows of the type here, or
+    a featureless type (zero columns)."""
+    return [t for t, f in features.items() if f.numel() == 0]
+
+
+def _on_host_where_empty(stores: Any, features: dict[Any, torch.Tensor], id2idx: dict[Any, Any], placement: Placement) -> Any:
+    """GLT's stores (a ``Feature`` or a dict of them), with the empty types' held on the host.
+
+    GLT splits a type's rows between the GPU and pinned host memory and creates neither part
+    for an empty tensor, so every lookup of it raised KeyError (a partition without nodes of a
+    type; a featureless type, also with ``gpu_feature_fraction: 0``). A plain host ``Feature``
+    answers those lookups with (n, width) rows, and GLT's ``DistFeature`` moves every part to
+    the sampling device when it stitches a batch together.
+    """
+    if not placement.feature_with_gpu or not (empty := empty_feature_types(features)):
+        return stores
+    from graphlearn_torch.data.feature import Feature
+
+    def on_host(t: Any) -> Any:
+        return Feature(features[t], id2idx[t], with_gpu=False, dtype=features[t].dtype)
+
+    if not isinstance(stores, dict):  # the homogeneous form: one type
+        return on_host(empty[0])
+    return {**stores, **{t: on_host(t) for t in empty}}
