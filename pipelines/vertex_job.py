@@ -52,12 +52,15 @@ def custom_job_component(component: Any, step: StepName, resources: ResourcesSpe
         "boot_disk_type": boot_disk_type,
         "boot_disk_size_gb": spec.boot_disk_gb,
         "restart_job_on_worker_restart": spec.restart_job_on_worker_restart,
+        "strategy": resources.strategy.upper(),
         "service_account": spec.service_account or "",
         "network": spec.network or "",
         "labels": {"gnnflow-step": step},
     }
     if spec.accelerator_type:
         options |= {"accelerator_type": spec.accelerator_type, "accelerator_count": spec.accelerator_count}
+    if spec.max_wait_s is not None:
+        options["max_wait_duration"] = f"{spec.max_wait_s}s"
     if spec.timeout_s is not None:
         options["timeout"] = f"{spec.timeout_s}s"
     if spec.tensorboard and step == TENSORBOARD_STEP:

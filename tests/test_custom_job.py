@@ -80,6 +80,7 @@ def test_multi_worker_tasks_are_custom_jobs_that_vertex_pipelines_launches(spec)
         assert inputs["network"] == "projects/1234/global/networks/ml"
         assert inputs["timeout"] == "7200s"
         assert inputs["restart_job_on_worker_restart"] is True
+        assert inputs["strategy"] == "STANDARD"
         assert inputs["project"] == "{{$.pipeline_google_cloud_project_id}}"  # the pipeline's own project and region
         assert inputs["location"] == "{{$.pipeline_google_cloud_location}}"
         assert inputs["tensorboard"] == ("projects/acme-ml/locations/europe-west4/tensorboards/42" if step == "train" else "")
@@ -160,6 +161,12 @@ def test_one_pool_when_every_worker_fits_one_replica(tmp_path):
      "resources.processes_per_replica 16 is more than the 8 vCPUs of n1-standard-8"),
     ("runner: vertex\n  custom_job: {accelerator_type: TPU_V3}", "gnnflow's steps run on CPUs or NVIDIA GPUs, not TPUs"),
     ("runner: vertex\n  custom_job: {boot_disk_type: pd-balanced}", "key 'resources.custom_job.boot_disk_type'"),
+    ("strategy: spot", "resources.strategy spot applies to CustomJob replicas (resources.runner: vertex)"),
+    ("runner: vertex\n  strategy: spot\n  custom_job: {restart_job_on_worker_restart: false}",
+     "resources.strategy spot needs resources.custom_job.restart_job_on_worker_restart true"),
+    ("runner: vertex\n  strategy: spot\n  custom_job: {max_wait_s: 600}",
+     "resources.custom_job.max_wait_s applies to resources.strategy flex_start, not spot"),
+    ("runner: vertex\n  strategy: preemptible", "key 'resources.strategy'"),
 ])
 def test_bad_vertex_resources_are_refused_at_compile_time(tmp_path, capsys, resources, message):
     config, out = tmp_path / "config.yaml", tmp_path / "pipeline.yaml"
@@ -167,6 +174,17 @@ def test_bad_vertex_resources_are_refused_at_compile_time(tmp_path, capsys, reso
     assert gnnflow(["compile", "-o", str(out), "--image", IMAGE, "--config", str(config)]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("resources", "strategy", "max_wait"), [
+    ("strategy: spot", "SPOT", "86400s"),
+    ("strategy: flex_start\n  custom_job: {max_wait_s: 3600}", "FLEX_START", "3600s"),
+])
+def test_spot_and_flex_start_reach_the_compiled_custom_jobs(tmp_path, resources, strategy, max_wait):
+    spec = _compile(tmp_path, f"resources:\n  runner: vertex\n  world_size: 2\n  {resources}\n")
+    for step in MULTI_WORKER:
+        inputs = _job_inputs(spec, step)
+        assert (inputs["strategy"], inputs["max_wait_duration"], inputs["restart_job_on_worker_restart"]) == (strategy, max_wait, True)
 
 
 def test_the_placeholder_image_is_refused_with_runner_vertex(tmp_path, capsys):

@@ -85,6 +85,12 @@ class CustomJobSpec(_Section):
     service_account: str | None = Field(None, description="Service account the replicas run as; default: the Vertex AI default.")
     network: str | None = Field(None, description="VPC network to peer with (projects/N/global/networks/NAME); default: none.")
     timeout_s: int | None = Field(None, gt=0, description="Longest one step's job may run, in seconds; default: Vertex AI's (7 days).")
+    max_wait_s: int | None = Field(
+        None,
+        ge=0,
+        description="With resources.strategy flex_start: longest the job waits for capacity before it fails, in seconds "
+        "(0: no limit); default: Vertex AI's (24 hours).",
+    )
     restart_job_on_worker_restart: bool = Field(
         True,
         description="Restart every replica when one restarts (a distributed step cannot continue without a rank); "
@@ -117,6 +123,13 @@ class ResourcesSpec(_Section):
         "local",
         description="Where a pipeline's multi-worker steps run (compile time): local: world_size processes inside the "
         "step's own task; vertex: a Vertex AI CustomJob of world_size / processes_per_replica replicas (see custom_job).",
+    )
+    strategy: Literal["standard", "spot", "flex_start"] = Field(
+        "standard",
+        description="With runner vertex: how the CustomJob replicas get their machines (Vertex AI scheduling.strategy): "
+        "standard (on demand), spot (Spot VMs: cheaper, preemptible; every replica restarts after a preemption and "
+        "train resumes from its checkpoint, so custom_job.restart_job_on_worker_restart must stay true) or flex_start "
+        "(Dynamic Workload Scheduler: the job waits up to custom_job.max_wait_s for capacity).",
     )
     rendezvous_timeout_s: float = Field(
         DEFAULT_RENDEZVOUS_TIMEOUT_S,
@@ -153,6 +166,18 @@ class ResourcesSpec(_Section):
                 f"world_size {self.world_size} is not a multiple of processes_per_replica {self.processes_per_replica}: "
                 "a CustomJob needs a whole number of replicas"
             )
+        if self.strategy != "standard" and self.runner != "vertex":
+            raise ValueError(
+                f"resources.strategy {self.strategy} applies to CustomJob replicas (resources.runner: vertex); "
+                f"with runner {self.runner} the workers run inside the pipeline's own task"
+            )
+        if self.strategy == "spot" and not self.custom_job.restart_job_on_worker_restart:
+            raise ValueError(
+                "resources.strategy spot needs resources.custom_job.restart_job_on_worker_restart true: a preempted "
+                "replica is a missing rank, and only a restart of every replica lets train resume from its checkpoint"
+            )
+        if self.custom_job.max_wait_s is not None and self.strategy != "flex_start":
+            raise ValueError(f"resources.custom_job.max_wait_s applies to resources.strategy flex_start, not {self.strategy}")
         if self.runner == "vertex" and (steps := [s for s in MULTI_WORKER_STEPS if s in self.step_requests]):
             raise ValueError(
                 f"step_requests.{steps[0]} does not apply with runner vertex: the replicas of {', '.join(steps)} "
