@@ -71,6 +71,9 @@ def batches(loader: Iterable[T], working: str = "computing") -> Iterator[T]:
         try:
             batch = next(iterator)
         except StopIteration:
+            # Done with its own batches, a worker next waits for its peers' (DDP's join shadows
+            # their all-reduces; evaluation sums its counts): excused while a peer still moves.
+            mark("all-reduce")
             return
         mark(working)
         yield batch

@@ -36,9 +36,17 @@ def _children() -> list[psutil.Process]:
     """This process's descendants, less those no worker started.
 
     Multiprocessing's resource tracker is started once per process by the first 'spawn' and
-    lives as long as it does; the session's GCS emulator belongs to the test session.
+    lives as long as it does; the session's GCS emulator belongs to the test session. Processes
+    that are gone, or dead and not yet reaped (zombies), are not running: not counted.
     """
-    return [c for c in psutil.Process().children(recursive=True) if not any(n in " ".join(c.cmdline()) for n in _NOT_WORKERS)]
+    running = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and not any(n in " ".join(child.cmdline()) for n in _NOT_WORKERS):
+                running.append(child)
+        except psutil.NoSuchProcess:  # ZombieProcess included
+            pass
+    return running
 
 
 def _new_shm_files(before: set[str]) -> set[str]:
