@@ -98,6 +98,7 @@ class Stall:
     phase: str
     seconds: float
     limit_s: float
+    limit_key: str  # the config key that sets limit_s
     stopped: str | None  # a stopped or uninterruptible process of its tree, described
 
 
@@ -126,12 +127,14 @@ class ProgressBoard:
         last = {local_rank: self.last(local_rank) for local_rank in running}
         stalls = []
         for local_rank, (seconds, name) in last.items():
-            limit = self.rendezvous_timeout_s if name in LONG_PHASES else self.progress_timeout_s
+            long_phase = name in LONG_PHASES
+            limit = self.rendezvous_timeout_s if long_phase else self.progress_timeout_s
             if seconds <= limit:
                 continue
             if name in WAITING_ON_PEERS and any(s <= self.progress_timeout_s for r, (s, _) in last.items() if r != local_rank):
                 continue
-            stalls.append(Stall(local_rank, name, seconds, limit, stopped_process(running[local_rank])))
+            key = "resources.rendezvous_timeout_s" if long_phase else "resources.progress_timeout_s"
+            stalls.append(Stall(local_rank, name, seconds, limit, key, stopped_process(running[local_rank])))
         if not stalls:
             return None
         return min(stalls, key=lambda s: (s.stopped is None, s.phase in WAITING_ON_PEERS | LONG_PHASES, -s.seconds))
@@ -159,8 +162,7 @@ def stopped_process(pid: int) -> str | None:
 def describe(stall: Stall, rank: int, host: str) -> str:
     """The failure's reason, as WorkerFailed shows it after 'worker rank N failed: '."""
     stopped = f"; {stall.stopped}" if stall.stopped else ""
-    key = "resources.rendezvous_timeout_s" if stall.phase in LONG_PHASES else "resources.progress_timeout_s"
     return (
         f"no progress for {stall.seconds:.0f} s in phase {stall.phase} on host {host}{stopped} "
-        f"(limit {stall.limit_s:.0f} s, {key}); every worker of the step was stopped"
+        f"(limit {stall.limit_s:.0f} s, {stall.limit_key}); every worker of the step was stopped"
     )

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from pathlib import Path
 
 from components import watchdog
 from components.launcher import WorkerContext
+from tests.launcher_workers import _write_facts
 
 
 def _record_pid(record: str, rank: int) -> None:
-    partial = Path(record, f".rank{rank}.partial")
-    partial.write_text(json.dumps({"pid": os.getpid()}))
-    partial.rename(Path(record, f"rank{rank}.json"))
+    _write_facts(record, rank, {"pid": os.getpid()})
 
 
 def all_reduce_forever(context: WorkerContext, record: str) -> None:
