@@ -129,3 +129,14 @@ def all_gather_int(value: int, world_size: int) -> list[int]:
     with watchdog.phase("all-reduce"):
         dist.all_gather(out, torch.tensor([value], dtype=torch.int64))
     return [int(t.item()) for t in out]
+
+
+def gather_to_rank_zero(mine: object) -> list:
+    """Every rank's picklable ``mine``, in rank order, on rank 0; an empty list elsewhere."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [mine]
+    rank_zero = dist.get_rank() == 0
+    gathered: list = [None] * dist.get_world_size() if rank_zero else []
+    with watchdog.phase("all-reduce"):
+        dist.gather_object(mine, gathered if rank_zero else None, dst=0)
+    return gathered

@@ -13,7 +13,8 @@ from components.runlog import configure
 
 
 def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None) -> int:
-    """Runs ``main``; a :class:`GnnflowError` becomes one line on stderr and exit code 2.
+    """Runs ``main``; a :class:`GnnflowError` becomes one line on stderr and exit code 2 (or its
+    own ``exit_code``: 75 for a step stopped by SIGTERM that a rerun resumes).
 
     ``--verbose`` (any step) is taken out of the arguments here: it makes workers log the
     traceback of expected errors too (by default only unexpected ones carry a traceback).
@@ -28,7 +29,7 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
     except GnnflowError as exc:
         logging.getLogger("gnnflow").error("%s", exc)
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -43,6 +43,9 @@ logger = logging.getLogger(__name__)
 R = TypeVar("R")
 
 _KILL_GRACE_S = 3.0  # SIGTERM → SIGKILL; short, because a peer's death is never undone
+# A Spot VM has 30 s between its preemption notice and its end: workers that stop on SIGTERM
+# (train checkpoints mid-epoch) get most of it.
+_TERMINATION_GRACE_S = 25.0
 _EXIT_GRACE_S = 30.0  # how long a worker that returned its result may take to exit
 VERBOSE_ENV = "GNNFLOW_VERBOSE"  # set (by --verbose) to log the traceback of every worker error
 _POLL_S = 1.0  # how often the launcher records descendants and checks deadlines
@@ -221,13 +224,16 @@ def launch_staged(
     """:func:`launch` for workers that write into ``staging``, a new generation of a step's output.
 
     Returns rank 0's result on the replica that publishes (every local run; replica 0 on a
-    cluster) and None on the others. If any worker fails, that replica deletes what was staged
-    before re-raising, so the output published before stays as it was.
+    cluster) and None on the others. If any worker fails, or returns an exception (a way to end
+    the step that is not a failure of the workers), that replica deletes what was staged before
+    raising it, so the output published before stays as it was.
     """
     cluster = cluster_from_environment()
     publishes = cluster is None or cluster.replica_rank == 0
     try:
         results = launch(worker, args, world_size=world_size, processes_per_replica=processes_per_replica, timeouts=timeouts)
+        if stopped := [result for result in results if isinstance(result, BaseException)]:
+            raise stopped[0]  # the workers agreed to end the step without an output (train on SIGTERM)
     except BaseException:
         if publishes:
             staging.abort()
@@ -272,12 +278,16 @@ class _Launch:
         self.known: dict[int, float] = {}  # pid → start time of every process seen in the workers' trees
         self.resources: set[worker_resources.Resource] = set()  # semaphores etc. the workers registered
         self.shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+        self.segments_before = set(_segments_by_creator())
+        self.terminated_at: float | None = None  # when this launcher got SIGTERM
         timeouts = contexts[0].timeouts
         self.board = watchdog.ProgressBoard(multiprocessing.get_context("spawn"), len(contexts), timeouts.progress_s, timeouts.rendezvous_s)
 
     def run(self) -> list[Any]:
         """Starts the workers and watches them; cleans up on every way out, signals included."""
-        # SIGTERM → SystemExit(143), unwinding through the cleanup (a host's own handler decides itself).
+        # SIGTERM is passed on to the workers, which may stop cleanly (train checkpoints and returns
+        # on it); those that do not die of it, and the launcher exits with SystemExit(143) through
+        # the cleanup unless every worker returned. A host's own handler decides itself.
         # SIGINT → KeyboardInterrupt even where it was inherited as ignored (a job started in the
         # background of a non-interactive shell): an explicit `kill -INT` must still stop the workers.
         main_thread = threading.current_thread() is threading.main_thread()
@@ -285,7 +295,7 @@ class _Launch:
         previous_sigint = signal.getsignal(signal.SIGINT) if main_thread else None
         own_sigint = previous_sigint in (signal.SIG_IGN, signal.SIG_DFL)
         if own_sigterm:
-            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+            signal.signal(signal.SIGTERM, self._on_sigterm)
         if own_sigint:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
@@ -304,6 +314,16 @@ class _Launch:
                     signal.signal(signal.SIGINT, previous_sigint)
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
+    def _on_sigterm(self, signum: int, frame: Any) -> None:  # noqa: ARG002
+        if self.terminated_at is not None:  # a second one: stop waiting
+            sys.exit(128 + signum)
+        self.terminated_at = time.monotonic()
+        logger.warning("SIGTERM: passed on to the workers, which have %.0f s to stop", _TERMINATION_GRACE_S)
+        for worker in self.workers:
+            if worker.process.pid is not None and not worker.exited:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.process.pid, signal.SIGTERM)
+
     def _start(self) -> None:
         # glibc gives every thread that allocates its own arena and keeps freed memory in it; a
         # worker runs dozens of threads (GLT RPC, gloo, sampling), which left about 10% of a
@@ -314,8 +334,8 @@ class _Launch:
             reader, writer = spawn.Pipe(duplex=False)
             arguments = (self.payload, context, writer, os.getpid(), self.board.array)
             process = spawn.Process(target=_worker_main, args=arguments, name=f"gnnflow-rank-{context.rank}")
-            self.workers.append(_Worker(context, process, reader, time.monotonic()))
             process.start()
+            self.workers.append(_Worker(context, process, reader, time.monotonic()))
             writer.close()  # the child holds the only write end, so its death reads as EOF here
 
     def _watch(self) -> None:
@@ -324,7 +344,10 @@ class _Launch:
         exit_deadline: float | None = None
         while not all(worker.exited for worker in self.workers):
             self._record([w.process.pid for w in self.workers if not w.exited])  # type: ignore[misc]
-            if failures := self._collect(_POLL_S):
+            failures = self._collect(_POLL_S)
+            if self.terminated_at is not None and (failures or time.monotonic() > self.terminated_at + _TERMINATION_GRACE_S):
+                sys.exit(128 + signal.SIGTERM)  # the workers died of it, or took too long
+            if failures:
                 # A peer's error is often a consequence of a death (gloo: "connection closed by
                 # peer") visible by now: look once more, blame deaths first, then the earliest error.
                 failures += self._collect(0)
@@ -418,7 +441,7 @@ class _Launch:
         while self._alive() and time.monotonic() < deadline:  # stragglers outside the groups
             self._kill([], signal.SIGKILL)
             time.sleep(0.05)
-        _release_shared_memory(set(self.known), self.shm_before)
+        _release_shared_memory(set(self.known), self.shm_before, self.segments_before)
         worker_resources.release(self.resources)
         self.resources = set()
 
@@ -449,24 +472,47 @@ class _Launch:
                 process.send_signal(sig)
 
 
-def _release_shared_memory(pids: set[int], shm_before: set[str]) -> None:
-    """Frees what our killed processes created and nobody has attached any more: GLT's ShmQueue
-    removes its SysV segment (256 MB by default) only in a destructor, so a killed worker leaks it
-    until reboot; torch's file_system tensors leak `/dev/shm/torch_<pid>_*`.
+def _release_shared_memory(pids: set[int], shm_before: set[str], segments_before: set[int]) -> None:
+    """Frees what our killed processes created: GLT's ShmQueue removes its SysV segment (256 MB by
+    default) only in a destructor, so a killed worker leaks it until reboot; torch's file_system
+    tensors leak `/dev/shm/torch_<pid>_*`.
     """
     with contextlib.suppress(OSError, KeyError, ValueError):  # no SysV IPC here: nothing to free
-        with open("/proc/sysvipc/shm") as table:
-            header, *rows = [line.split() for line in table]
-        column = {name: index for index, name in enumerate(header)}
-        libc = ctypes.CDLL(None, use_errno=True)
-        for row in rows:
-            if int(row[column["cpid"]]) in pids and row[column["nattch"]] == "0" and int(row[column["uid"]]) == os.getuid():
-                libc.shmctl(int(row[column["shmid"]]), _IPC_RMID, None)
-                logger.info("removed shared-memory segment %s that a worker left", row[column["shmid"]])
+        marked = _mark_segments_removed(pids, segments_before)
+        # A killed process's leader can read as a zombie while its other threads still hold the
+        # memory map, and with it the segment: it goes once they are gone, which we wait for.
+        deadline = time.monotonic() + _KILL_GRACE_S
+        while (left := marked & set(_segments_by_creator())) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for shmid in sorted(left):
+            logger.warning("shared-memory segment %s is still attached; the kernel frees it at the last detach", shmid)
     for name in (set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()) - shm_before:
         if (match := re.match(r"torch_(\d+)_", name)) and int(match.group(1)) in pids:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join("/dev/shm", name))
+
+
+def _segments_by_creator() -> dict[int, int]:
+    """This user's SysV shared-memory segments: id → creating pid (none where there is no SysV IPC)."""
+    if not os.path.exists("/proc/sysvipc/shm"):
+        return {}
+    with open("/proc/sysvipc/shm") as table:
+        header, *rows = [line.split() for line in table]
+    column = {name: index for index, name in enumerate(header)}
+    uid = os.getuid()
+    return {int(row[column["shmid"]]): int(row[column["cpid"]]) for row in rows if int(row[column["uid"]]) == uid}
+
+
+def _mark_segments_removed(pids: set[int], segments_before: set[int]) -> set[int]:
+    """Marks the segments that `pids` created since `segments_before` for removal (IPC_RMID): the
+    kernel frees each now if nothing is attached, else at its last detach. Returns their ids."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    marked = set()
+    for shmid, creator in _segments_by_creator().items():
+        if creator in pids and shmid not in segments_before and libc.shmctl(shmid, _IPC_RMID, None) == 0:
+            marked.add(shmid)
+            logger.info("removed shared-memory segment %s that a worker left", shmid)
+    return marked
 
 
 def _worker_main(payload: bytes, context: WorkerContext, writer: Connection, launcher_pid: int, board: Any) -> None:

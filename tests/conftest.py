@@ -13,6 +13,7 @@ from tests.flaky_http_proxy import Failure, FlakyProxy
 from tests.gcs_emulator import GcsEmulator
 from tests.recording_server import RecordingServer, add_kfp_routes, add_vertex_routes, compile_package, write_inputs
 from tests.shared_datasets import require_citeseer
+from tests.small_graphs import build_one_sided_validation
 
 # ---------------------------------------------------------------------------------------
 # GCS on loopback: one fake-gcs-server per test session, a fresh bucket per test, and
@@ -125,3 +126,14 @@ def config_uri(gcs_bucket: str) -> str:
 @pytest.fixture(scope="session")  # session: set up before the module fixtures that read the tables
 def citeseer_present() -> None:
     require_citeseer()
+
+
+# ---------------------------------------------------------------------------------------
+# Small graphs, preprocessed and partitioned once per session (tests/small_graphs.py).
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def one_sided_validation(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Uri, int]:
+    """The demo graph whose validation nodes all lie in partition 0 of 2 (see build_one_sided_validation)."""
+    return build_one_sided_validation(tmp_path_factory.mktemp("one_sided"))

@@ -12,27 +12,21 @@ import signal
 import threading
 import time
 
-import numpy as np
 import pytest
 import torch
-import yaml
 
 from components import storage
-from components.config import GnnflowConfig, parse_config
-from components.demo_graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
-from components.partition.books import hash_owner
+from components.launcher import WorkerFailed
 from components.partition.step import partition
-from components.partition.store import read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.train.step import train
-from components.launcher import WorkerFailed
+from tests.small_graphs import with_updates
+from tests.test_citeseer import citeseer_graph, needs_citeseer
 from tests.test_launcher import _children, _new_shm_files, _sysv_segments
 from tests.test_watchdog import sampling_processes
 from tests.train_kill import kill_a_worker_then_resume
-from tests.test_citeseer import citeseer_graph, needs_citeseer
-
 
 NODE_CLASSIFICATION = {
     "graph": citeseer_graph(),
@@ -44,13 +38,6 @@ NODE_CLASSIFICATION = {
     "training": {"epochs": 200, "batch_size": 128, "fan_outs": [10, 10], "early_stopping_patience": 60,
                  "learning_rate": 0.005, "weight_decay": 0.005},
 }
-
-
-def with_updates(raw: dict, **sections: dict) -> GnnflowConfig:
-    merged = json.loads(json.dumps(raw))
-    for name, values in sections.items():
-        merged[name] = {**merged.get(name, {}), **values}
-    return parse_config(yaml.safe_dump(merged), "test config")
 
 
 @pytest.fixture(scope="module")
@@ -126,39 +113,6 @@ def test_killed_worker_fails_fast_and_the_rerun_resumes(tmp_path, citeseer_parti
     kill_a_worker_then_resume(NODE_CLASSIFICATION, str(citeseer_partitions[2]), tmp_path, epochs=30, exit_within_s=120)
 
 
-DEMO_NODES = 400
-
-
-@pytest.fixture(scope="module")
-def one_sided_validation(tmp_path_factory) -> tuple[dict, storage.Uri, int]:
-    """The demo graph (400 nodes, 5 classes) with a split column whose validation nodes all lie
-    in partition 0 of 2: (raw config, partitions, labelled validation nodes)."""
-    root = tmp_path_factory.mktemp("one_sided")
-    demo = generate_demo_graph(DEMO_NODES, seed=3)
-    # Preprocessing numbers nodes in table order, and the partitioner places id i by hash_owner.
-    owner = hash_owner(torch.arange(DEMO_NODES), 2, seed=0).numpy()
-    draw = np.random.default_rng(0).random(DEMO_NODES)
-    split = np.where(draw < 0.6, "train", np.where(draw < 0.8, "test", np.where(owner == 0, "val", "train")))
-    nodes_file, edges_file = write_demo_graph(type(demo)(demo.nodes.assign(split=split), demo.edges), root / "tables")
-    raw = {
-        "graph": {
-            "nodes": [{"type": "paper", "uri": str(nodes_file), "label_column": "label", "split_column": "split",
-                       "features": [{"columns": ["w*"]}]}],
-            "edges": [{"type": "cites", "uri": str(edges_file), "src_type": "paper", "dst_type": "paper"}],
-        },
-        "partition": {"seed": 0},
-        "resources": {"world_size": 2},
-        "training": {"epochs": 5, "batch_size": 64, "early_stopping_patience": None},
-    }
-    config = with_updates(raw)
-    preprocess(config, root / "pre")
-    serialize(config, root / "pre", root / "tfr")
-    published = partition(root / "tfr", root / "parts", config.partition, world_size=2)
-    val_code = 1
-    held = [int((read_partition(published, i).nodes["paper"]["split"] == val_code).sum()) for i in range(2)]
-    assert held[0] > 0 and held[1] == 0, f"validation nodes per partition: {held}"
-    labelled_val = int(((split == "val") & demo.nodes["label"].notna().to_numpy()).sum())
-    return raw, published.root, labelled_val
 
 
 def test_a_worker_without_validation_seeds_takes_part(tmp_path, one_sided_validation):

@@ -168,6 +168,16 @@ class TrainingSpec(_Section):
     early_stopping_patience: int | None = Field(
         10, gt=0, description="Stop after this many epochs without a better validation metric; null: never."
     )
+    checkpoint_every_batches: int | None = Field(
+        None,
+        gt=0,
+        description="Sampled training: checkpoint within an epoch too, once this many batches have passed since the "
+        "last checkpoint (null: only at the end of each epoch, and on SIGTERM). A rerun after a kill -9 resumes from "
+        "the batch of the last checkpoint.",
+    )
+    checkpoint_every_seconds: float | None = Field(
+        None, gt=0, description="Sampled training: also checkpoint within an epoch once this many seconds have passed since the last."
+    )
     sampling: Literal["collocated", "multiprocess"] = Field(
         "collocated", description="Sample in the trainer process, or in separate GLT sampling subprocesses."
     )

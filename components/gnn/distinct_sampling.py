@@ -6,9 +6,12 @@ neighbours, and a mean aggregates fewer of them than PyG's ``NeighborLoader`` wo
 draw is replaced on every partition, for the trainer's own sources and for those its peers ask it
 to sample over RPC:
 
-* ``DistNeighborSampler._sample_one_hop`` (once per hop and edge type) takes one key from its
-  sampler's own generator, seeded with the loader's ``random_seed`` (``training.seed`` + rank),
-  and hands each partition's share of the sources to that partition's ``NeighborSampler`` with
+* Each batch's draws come from a generator seeded with the loader's ``random_seed``
+  (``training.seed`` + rank) and the batch's seeds in their order: a batch is sampled the same
+  whenever it is sampled, so an epoch resumed at its n-th batch (``components.gnn.epoch``) draws
+  what the uninterrupted epoch drew, without replaying the batches before.
+* ``DistNeighborSampler._sample_one_hop`` (once per hop and edge type) takes one key from the
+  batch's generator and hands each partition's share of the sources to that partition's ``NeighborSampler`` with
   a key derived from it and the partition: its own directly, a peer's over GLT's RPC (as the
   keyword ``draw_key``, which GLT's RPC callee passes on).
 * ``NeighborSampler.sample_one_hop`` given a key draws ``min(k, degree)`` distinct neighbours of
@@ -24,6 +27,8 @@ GLT's CUDA draw.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import hashlib
 from collections.abc import Iterator
 
 import torch
@@ -35,6 +40,8 @@ _KEY_SPACE = 1 << 62
 _PARTITION_STRIDE = 0x9E3779B97F4A7C15  # odd: partitions of one call get unrelated keys
 
 _replace = False  # read when a sampler is built (see ``replacement``)
+# The generator of the batch being sampled: each batch's coroutine runs in its own context.
+_batch_keys: contextvars.ContextVar[torch.Generator | None] = contextvars.ContextVar("gnnflow_batch_keys", default=None)
 _installed = False
 
 
@@ -175,7 +182,8 @@ def install() -> None:
             return await glt_dist_one_hop(self, srcs, num_nbr, etype)
         # Taken before the first await: with one batch in flight per sampler (GLT's collocated
         # sampler; worker_concurrency 1), calls take their keys in a fixed order.
-        key = int(torch.randint(_KEY_SPACE, (1,), generator=self.gnnflow_keys))
+        keys = _batch_keys.get()
+        key = int(torch.randint(_KEY_SPACE, (1,), generator=self.gnnflow_keys if keys is None else keys))
         device, srcs = srcs.device, srcs.cpu()
         if self.data.graph_caching:  # every worker holds the whole graph
             return self.sampler.sample_one_hop(srcs, num_nbr, etype, draw_key=key).to(device)
@@ -205,9 +213,31 @@ def install() -> None:
             parts += [(where, answer.wait()) for (where, _), answer in zip(asked, answers)]
         return stitch(srcs.numel(), parts, self.with_edge).to(device)
 
+    glt_from_nodes, glt_from_edges = DistNeighborSampler._sample_from_nodes, DistNeighborSampler._sample_from_edges
+
+    async def sample_from_nodes(self, inputs):  # noqa: ANN001, ANN202
+        _batch_keys.set(batch_generator(self, inputs.node, inputs.input_type))
+        return await glt_from_nodes(self, inputs)
+
+    async def sample_from_edges(self, inputs):  # noqa: ANN001, ANN202
+        _batch_keys.set(batch_generator(self, torch.stack([inputs.row, inputs.col]), inputs.input_type))
+        return await glt_from_edges(self, inputs)
+
     DistNeighborSampler.__init__ = init
     DistNeighborSampler._sample_one_hop = dist_sample_one_hop
+    DistNeighborSampler._sample_from_nodes = sample_from_nodes
+    DistNeighborSampler._sample_from_edges = sample_from_edges
     _installed = True
+
+
+def batch_generator(sampler, seeds: torch.Tensor, input_type) -> torch.Generator | None:  # noqa: ANN001
+    """The generator of one batch's draws: seeded with the sampler's seed, the batch's seeds (in
+    their order) and their type; None for a sampler without a seed (its own generator then)."""
+    if getattr(sampler, "seed", None) is None:
+        return None
+    digest = hashlib.blake2b(seeds.detach().cpu().to(torch.int64).contiguous().numpy().tobytes(), digest_size=8)
+    digest.update(f"{sampler.seed}|{input_type}".encode())
+    return torch.Generator().manual_seed(int.from_bytes(digest.digest(), "little") % _KEY_SPACE)
 
 
 def stitch(num_sources: int, parts: list, with_edge: bool):

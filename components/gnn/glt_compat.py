@@ -28,8 +28,10 @@
    ``distinct_sampling`` replaces the one-hop draw, local and served over RPC, with a seeded
    draw without replacement (``training.replace: false``). Sampling subprocesses learn the
    choice from their worker options (``REPLACE_OPTION``).
+6. Homogeneous node sampling fails on a batch whose seeds have no neighbour at all (see
+   ``_seeds_only_when_no_neighbours``).
 
-Fixes 1, 3 and 5 replace private functions of GLT, so :func:`install` refuses any GLT release
+Fixes 1, 3, 5 and 6 replace private functions of GLT, so :func:`install` refuses any GLT release
 but the one they were written against.
 """
 
@@ -87,6 +89,7 @@ def install() -> None:
         return await sample_one_hop(self, srcs, num_nbr, etype)
 
     DistNeighborSampler._sample_one_hop = sample_one_hop_or_nothing
+    DistNeighborSampler._sample_from_nodes = _seeds_only_when_no_neighbours(DistNeighborSampler._sample_from_nodes)
     import graphlearn_torch.distributed.dist_neighbor_sampler as dist_sampler_module
     import graphlearn_torch.sampler.neighbor_sampler as sampler_module
 
@@ -95,6 +98,35 @@ def install() -> None:
     distinct_sampling.install()  # fix 5, around fix 1's _sample_one_hop
     ForkingPickler.register(MpDistSamplingWorkerOptions, lambda options: (_options_with_fixes, (options.__dict__,)))
     _INSTALLED = True
+
+
+def _seeds_only_when_no_neighbours(glt_sample_from_nodes):  # noqa: ANN001, ANN202
+    """Fix 6: GLT's homogeneous node sampling stops at the first hop without neighbours, then
+    concatenates the edges of the hops before it: none when no seed of the batch has a
+    neighbour (a batch of isolated nodes), and ``torch.cat`` fails on the empty list. Such a
+    batch is its seeds alone, with no edges."""
+    from graphlearn_torch.sampler import SamplerOutput
+
+    async def sample_from_nodes(self, inputs):  # noqa: ANN001, ANN202
+        try:
+            return await glt_sample_from_nodes(self, inputs)
+        except RuntimeError as error:
+            if "expected a non-empty list of Tensors" not in str(error) or self.dist_graph.data_cls == "hetero":
+                raise
+        seeds = self.sampler.create_inducer(self.max_input_size).init_node(inputs.node.to(self.device))
+        empty = torch.empty(0, dtype=torch.int64, device=seeds.device)
+        return SamplerOutput(
+            node=seeds,
+            row=empty,
+            col=empty,
+            edge=empty if self.with_edge else None,
+            batch=seeds,
+            num_sampled_nodes=[seeds.size(0)],
+            num_sampled_edges=[],
+            metadata={},
+        )
+
+    return sample_from_nodes
 
 
 def format_in_sampled_order(sample, edge_dir: str = "out"):

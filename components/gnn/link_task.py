@@ -6,18 +6,18 @@ the edges it scores.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from components import watchdog
 from components.config import GnnflowConfig
 from components.gnn.build import reverse_edge_type, target_edge_type
+from components.gnn.epoch import FROM_THE_START, EpochStart, trained_batches
+from components.gnn.interruption import BatchAgreement
 from components.gnn.link_labels import hard_negative_pairs, positive_pairs
 from components.gnn.metrics import AUC_BINS, all_sum, histogram_auc, score_histogram
 from components.gnn.node_task import EpochResult
@@ -82,33 +82,45 @@ class LinkTask:
         pairs = store.edge_label_index.flip(0) if self.flip else store.edge_label_index
         return pairs, (store.edge_label == POSITIVE).to(torch.float32)
 
-    def train_epoch(self, model: nn.Module, optimizer: torch.optim.Optimizer, show_progress: bool) -> EpochResult:
+    def train_epoch(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        show_progress: bool,
+        agreement: BatchAgreement | None = None,
+        start: EpochStart = FROM_THE_START,
+    ) -> EpochResult:
+        """One epoch (or its rest, from ``start``); see :meth:`NodeTask.train_epoch`."""
         model.train()
-        start = time.perf_counter()
-        stats = [0.0, 0, 0]  # summed loss, batches, scored pairs
+        began = time.perf_counter()
+        self.sums = {
+            "stats": torch.zeros(3, dtype=torch.float64),  # summed loss, batches, scored pairs
+            "remote": torch.zeros(2, dtype=torch.int64),
+        } | {k: v.clone() for k, v in start.sums.items()}
         bar = progress("train", unit="batch") if show_progress else None
-        joined = model.join() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
-        remote = RemoteCounter(self.node_counts, self.rank)
-        with joined:
-            for batch in watchdog.batches(self.loaders["train"]):
-                remote.add(batch)
-                optimizer.zero_grad()
-                pairs, label = in_batch_negatives(*self._labelled_pairs(batch), self.in_batch_rolls)
-                logits = model(batch, pairs)
-                loss = F.binary_cross_entropy_with_logits(logits, label.float())
-                loss.backward()
-                optimizer.step()
-                stats[0] += float(loss) * len(logits)
-                stats[1] += 1
-                stats[2] += len(logits)
-                if bar is not None:
-                    bar.update(1)
+        remote = RemoteCounter(self.node_counts, self.rank, *self.sums["remote"].tolist())
+        for batch in trained_batches(model, self.loaders["train"], agreement, start):
+            remote.add(batch)
+            optimizer.zero_grad()
+            pairs, label = in_batch_negatives(*self._labelled_pairs(batch), self.in_batch_rolls)
+            logits = model(batch, pairs)
+            loss = F.binary_cross_entropy_with_logits(logits, label.float())
+            loss.backward()
+            optimizer.step()
+            self.sums["stats"] += torch.tensor([float(loss) * len(logits), 1.0, len(logits)], dtype=torch.float64)
+            self.sums["remote"] = torch.tensor([remote.sampled, remote.remote])
+            if bar is not None:
+                bar.update(1)
         if bar is not None:
             bar.close()
-        totals = all_sum(torch.tensor(stats, dtype=torch.float64))
+        totals = all_sum(self.sums["stats"])
         return EpochResult(
-            float(totals[0]) / max(float(totals[2]), 1.0), int(totals[1]), time.perf_counter() - start, {}, remote.fraction()
+            float(totals[0]) / max(float(totals[2]), 1.0), int(totals[1]), time.perf_counter() - began, {}, remote.fraction()
         )
+
+    def epoch_sums(self) -> dict[str, torch.Tensor]:
+        """This rank's running sums of the epoch in progress."""
+        return {k: v.clone() for k, v in self.sums.items()}
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:

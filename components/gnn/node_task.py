@@ -3,17 +3,17 @@ training, and evaluation whose counts are summed over every worker."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from components import watchdog
 from components.config import GnnflowConfig
+from components.gnn.epoch import FROM_THE_START, EpochStart, trained_batches
+from components.gnn.interruption import BatchAgreement
 from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
 from components.gnn.sampling import RemoteCounter, SamplingSetup, node_loader
 from components.partition.dataset import NodeSplits
@@ -65,28 +65,27 @@ class NodeTask:
         store = batch[self.target] if self.hetero else batch
         return store.y.reshape(-1)[: store.batch_size]
 
-    def train_epoch(self, model: nn.Module, optimizer: torch.optim.Optimizer, show_progress: bool) -> EpochResult:
+    def train_epoch(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        show_progress: bool,
+        agreement: BatchAgreement | None = None,
+        start: EpochStart = FROM_THE_START,
+    ) -> EpochResult:
+        """One epoch (or its rest, from ``start``); it ends early when the ranks agree to stop
+        (then ``agreement.stopped``)."""
         model.train()
-        start = time.perf_counter()
-        confusion = torch.zeros((self.num_classes, self.num_classes), dtype=torch.int64)
+        began = time.perf_counter()
+        # Running sums, which a checkpoint taken mid-epoch carries (see epoch_sums).
+        self.sums = {
+            "stats": torch.zeros(2, dtype=torch.float64),  # summed loss, batches
+            "confusion": torch.zeros((self.num_classes, self.num_classes), dtype=torch.int64),
+            "remote": torch.zeros(2, dtype=torch.int64),
+        } | {k: v.clone() for k, v in start.sums.items()}
+        remote = RemoteCounter(self.node_counts, self.rank, *self.sums["remote"].tolist())
         bar = progress("train", unit="batch") if show_progress else None
-        # DDP's join lets a worker with fewer batches finish while the others still all-reduce.
-        joined = model.join() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
-        stats = [0.0, 0]  # summed loss, batches
-        remote = RemoteCounter(self.node_counts, self.rank)
-        with joined:
-            self._train_batches(model, optimizer, confusion, bar, stats, remote)
-        total_loss, batches = stats
-        if bar is not None:
-            bar.close()
-        seconds = time.perf_counter() - start
-        totals = all_sum(torch.tensor([total_loss, batches], dtype=torch.float64))
-        confusion = all_sum(confusion)
-        count = int(confusion.sum())
-        return EpochResult(float(totals[0]) / max(count, 1), int(totals[1]), seconds, classification_metrics(confusion), remote.fraction())
-
-    def _train_batches(self, model, optimizer, confusion, bar, stats: list, remote: RemoteCounter) -> None:
-        for batch in watchdog.batches(self.loaders["train"]):
+        for batch in trained_batches(model, self.loaders["train"], agreement, start):
             remote.add(batch)
             y = self._seed_labels(batch)
             optimizer.zero_grad()
@@ -95,11 +94,22 @@ class NodeTask:
             loss = F.cross_entropy(logits[labelled], y[labelled])
             loss.backward()
             optimizer.step()
-            stats[0] += float(loss) * int(labelled.sum())
-            stats[1] += 1
-            confusion += confusion_matrix(logits[labelled].argmax(-1).detach(), y[labelled], self.num_classes)
+            self.sums["stats"] += torch.tensor([float(loss) * int(labelled.sum()), 1.0], dtype=torch.float64)
+            self.sums["confusion"] += confusion_matrix(logits[labelled].argmax(-1).detach(), y[labelled], self.num_classes)
+            self.sums["remote"] = torch.tensor([remote.sampled, remote.remote])
             if bar is not None:
                 bar.update(1)
+        if bar is not None:
+            bar.close()
+        seconds = time.perf_counter() - began
+        totals = all_sum(self.sums["stats"])
+        confusion = all_sum(self.sums["confusion"])
+        count = int(confusion.sum())
+        return EpochResult(float(totals[0]) / max(count, 1), int(totals[1]), seconds, classification_metrics(confusion), remote.fraction())
+
+    def epoch_sums(self) -> dict[str, torch.Tensor]:
+        """This rank's running sums of the epoch in progress."""
+        return {k: v.clone() for k, v in self.sums.items()}
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -167,16 +169,63 @@ def link_loader(
     return glt_compat.keep_with(loader, kept)
 
 
+def resumed_iterator(loader, skip: int) -> Iterator[Any]:
+    """An epoch of ``loader`` (a GLT ``DistLoader``) without its first ``skip`` batches, which are
+    neither sampled nor read: the same seed order as a whole epoch from the same random state,
+    so a resumed epoch trains the batches the interrupted one had left. With several sampling
+    subprocesses, which of them delivers a batch first is a race: there the skipped batches
+    are the first ``skip`` of the order, not necessarily the ones the interrupted run trained."""
+    if skip <= 0:
+        iter(loader)
+    elif loader._is_collocated_worker:
+        iter(loader)
+        for _ in range(skip):  # indices only: the sampler is not called
+            loader._collocated_producer._index_iter._next_data()
+    else:
+        producer = loader._mp_producer
+        whole_order = producer._get_seeds_indexes
+        producer._get_seeds_indexes = lambda: _without_first(whole_order(), skip * loader.batch_size, loader.batch_size)
+        try:
+            iter(loader)
+        finally:
+            del producer._get_seeds_indexes
+    loader._num_recv = max(skip, 0)
+    return _next_until_done(loader)
+
+
+def _without_first(per_worker: list[torch.Tensor], dropped: int, batch_size: int) -> list[torch.Tensor]:
+    """GLT's per-subprocess seed indices (consecutive slices of the epoch's order) without the
+    order's first ``dropped``, the rest dealt again in whole batches, the last one taking the tail."""
+    rest = torch.cat(per_worker)[dropped:]
+    batches = -(-len(rest) // batch_size)
+    workers = len(per_worker)
+    counts = [batches // workers + (1 if w < batches % workers else 0) for w in range(workers)]
+    bounds = [0]
+    for count in counts:
+        bounds.append(min(len(rest), bounds[-1] + count * batch_size))
+    bounds[-1] = len(rest)
+    return [rest[bounds[w] : bounds[w + 1]].clone().share_memory_() for w in range(workers)]
+
+
+def _next_until_done(loader) -> Iterator[Any]:
+    """The loader's batches without calling ``iter`` again (a GLT loader's ``__iter__`` restarts the epoch)."""
+    while True:
+        try:
+            yield next(loader)
+        except StopIteration:
+            return
+
+
 class RemoteCounter:
     """Counts the nodes of sampled batches and those owned by other partitions (whose features
     were fetched over RPC): the locality a partitioning method buys, per epoch."""
 
-    def __init__(self, node_counts: dict[str, list[int]], rank: int) -> None:
+    def __init__(self, node_counts: dict[str, list[int]], rank: int, sampled: int = 0, remote: int = 0) -> None:
         from components.partition.books import range_ends
 
         self.ends = {t: range_ends(c) for t, c in node_counts.items()}
         self.rank = rank
-        self.sampled = self.remote = 0
+        self.sampled, self.remote = sampled, remote  # so far (a resumed epoch starts from its checkpoint's)
 
     def add(self, batch) -> None:
         """Counts one GLT batch (a PyG Data or HeteroData of partition ids)."""

@@ -1,4 +1,5 @@
-"""Resumable training state, written atomically by rank 0 after every epoch.
+"""Resumable training state, written atomically by rank 0 after every epoch, and within an epoch
+on SIGTERM or every ``training.checkpoint_every_batches`` / ``_seconds``.
 
 The checkpoint lives under ``<output>/_checkpoints/`` (outside the published generations, so a
 failed run leaves it for the re-run to resume from) and records a fingerprint of everything
@@ -23,7 +24,15 @@ CHECKPOINT_FILE = "_checkpoints/checkpoint.pt"
 
 # When to stop is not what was trained: raising epochs (or patience) continues the same run.
 # Nor is where it ran: a run started on GPUs may resume on the CPU and the other way round.
-_RESUMABLE_CHANGES = {"epochs", "early_stopping_patience", "device", "gpu_feature_fraction", "gpu_graph_placement"}
+_RESUMABLE_CHANGES = {
+    "epochs",
+    "early_stopping_patience",
+    "device",
+    "gpu_feature_fraction",
+    "gpu_graph_placement",
+    "checkpoint_every_batches",
+    "checkpoint_every_seconds",
+}
 
 
 def fingerprint(config: GnnflowConfig, partitions_generation: str, world_size: int) -> str:
@@ -41,7 +50,13 @@ def fingerprint(config: GnnflowConfig, partitions_generation: str, world_size: i
 
 @dataclass
 class TrainingState:
-    """Epoch counter, early-stopping bookkeeping, and the best model so far."""
+    """Epoch counter, early-stopping bookkeeping, and the best model so far.
+
+    ``ranks`` holds what differs between ranks, in rank order: each one's optimizer (DDP steps
+    only the ranks that still have batches, so their moments part), and, when ``mid_epoch``
+    (epoch ``next_epoch`` was stopped part-way), each one's model, batches trained, random states
+    and running sums (see components.gnn.interruption).
+    """
 
     fingerprint: str
     next_epoch: int = 0
@@ -52,6 +67,8 @@ class TrainingState:
     model: dict[str, torch.Tensor] = field(default_factory=dict)
     optimizer: dict[str, Any] = field(default_factory=dict)
     best_model: dict[str, torch.Tensor] = field(default_factory=dict)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    mid_epoch: bool = False
 
 
 def save(state: TrainingState, output: storage.Uri) -> None:
@@ -71,3 +88,8 @@ def load(output: storage.Uri, expected_fingerprint: str) -> TrainingState | None
     if raw.get("fingerprint") != expected_fingerprint:
         return None
     return TrainingState(**raw)
+
+
+def for_rank(state: TrainingState, rank: int) -> dict[str, Any]:
+    """What ``state`` holds for ``rank`` alone (empty for a checkpoint written before ranks had their own)."""
+    return state.ranks[rank] if rank < len(state.ranks) else {}

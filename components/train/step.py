@@ -16,6 +16,7 @@ Output (published atomically)::
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 import logging
@@ -27,9 +28,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from components import storage, watchdog
+from components.collectives import gather_to_rank_zero
 from components.config import GnnflowConfig
+from components.gnn import interruption
 from components.gnn.build import build_model
 from components.gnn.device import Placement, check_device, worker_placement
+from components.gnn.epoch import FROM_THE_START, EpochStart
+from components.gnn.interruption import BatchAgreement
 from components.gnn.link_labels import training_edges
 from components.gnn.link_task import LinkTask
 from components.gnn.model import HomogeneousGCN, HomogeneousSAGE
@@ -94,47 +99,114 @@ def _sampled_setup(ctx: WorkerContext, part: StoredPartition, config: GnnflowCon
     return task, model, ddp, stop
 
 
-def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
-    """One trainer; returns the final metrics on rank 0, None elsewhere."""
-    config = job.config
-    placement = worker_placement(config.training, ctx)
-    ctx.init_process_group(backend=placement.backend)
-    torch.set_num_threads(1)  # workers share the machine's cores; oversubscription costs more than it gains
-    watchdog.mark("loading")
-    partitions = storage.open_published(job.input, step=PARTITION_STEP)
-    part = read_partition(partitions, ctx.rank)
-    if config.training.mode == "sampled" and config.training.sampling == "multiprocess":
-        check_sampling_memory(part.nbytes, loaders=3, local_world_size=ctx.local_world_size)  # train, val and test loaders
-    schema = part.metadata.schema
-    edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
-    if config.training.mode == "full_graph":
-        task, model, ddp, stop = full_graph_setup(ctx, part, config, edge_dir, _seed_everything)
-    else:
-        task, model, ddp, stop = _sampled_setup(ctx, part, config, edge_dir, placement)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
-    output = storage.parse_uri(job.output)
-    fingerprint = checkpoint.fingerprint(config, partitions.manifest.generation, ctx.world_size)
+def _resumed_state(
+    ctx: WorkerContext, config: GnnflowConfig, output: storage.Uri, generation: str, model, optimizer
+) -> checkpoint.TrainingState:
+    """The checkpoint's state, loaded into ``model`` and ``optimizer``, or a fresh one."""
+    fingerprint = checkpoint.fingerprint(config, generation, ctx.world_size)
     state = checkpoint.load(output, fingerprint)
     if state is not None and state.next_epoch > config.training.epochs:
         state = None  # fewer epochs than the checkpoint has run: a shorter run, trained afresh
     if state is None:
-        state = checkpoint.TrainingState(fingerprint)
-    else:
-        model.load_state_dict(state.model)
-        optimizer.load_state_dict(state.optimizer)
-        if ctx.rank == 0:
-            log.info(
-                "resuming from the checkpoint of epoch %d (best %.4f at epoch %d)",
-                state.next_epoch - 1,
-                state.best_metric,
-                state.best_epoch,
-            )
-    metric = VALIDATION_METRIC[schema.task_type]
+        return checkpoint.TrainingState(fingerprint)
+    own = checkpoint.for_rank(state, ctx.rank)
+    model.load_state_dict(own.get("model", state.model))
+    optimizer.load_state_dict(own.get("optimizer", state.optimizer))
+    if ctx.rank == 0:
+        where = f"batch {own['batches']} of epoch {state.next_epoch + 1}" if state.mid_epoch else f"the end of epoch {state.next_epoch}"
+        log.info(
+            "resuming from the checkpoint of %s (best %.4f at epoch %d)",
+            where,
+            state.best_metric,
+            state.best_epoch,
+        )
+    return state
+
+
+def _epoch_start(state: checkpoint.TrainingState, rank: int) -> EpochStart:
+    """Where this rank starts the epoch ``state.next_epoch``: after its checkpointed batches, if any."""
+    if not state.mid_epoch:
+        return FROM_THE_START
+    own = checkpoint.for_rank(state, rank)
+    return EpochStart(own["batches"], own["sums"], own["rng"])
+
+
+def _agreement(
+    config: GnnflowConfig, state: checkpoint.TrainingState, start: EpochStart, task, model, optimizer, output: storage.Uri
+) -> BatchAgreement:
+    """The epoch's stop-and-checkpoint agreement: every rank snapshots itself, rank 0 writes them."""
+
+    def snapshot() -> dict:
+        return {
+            "model": model.state_dict(),  # pickled (gathered or saved) before training goes on
+            "optimizer": optimizer.state_dict(),
+            "batches": start.skip + agreement.batches,
+            "rng": interruption.rng_states(),
+            "sums": task.epoch_sums(),
+        }
+
+    def write(snapshots: list[dict], stopping: bool) -> None:
+        began = time.perf_counter()
+        with watchdog.phase("writing"):
+            checkpoint.save(dataclasses.replace(state, ranks=snapshots, mid_epoch=True), output)
+        log.info(
+            "%s: checkpoint at batch %s of epoch %d written in %.2f s",
+            "SIGTERM" if stopping else "periodic",
+            "/".join(str(s["batches"]) for s in snapshots),
+            state.next_epoch + 1,
+            time.perf_counter() - began,
+        )
+
+    training = config.training
+    agreement = BatchAgreement(training.checkpoint_every_batches, training.checkpoint_every_seconds, snapshot, write)
+    return agreement
+
+
+def _any_rank(flag: bool) -> bool:
+    """Whether ``flag`` holds on some rank (collective)."""
+    value = torch.tensor([int(flag)])
+    if dist.is_initialized():
+        with watchdog.phase("all-reduce"):
+            dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value)
+
+
+def _preempted(ctx: WorkerContext, epoch: int, batches: int, output: storage.Uri) -> interruption.Preempted:
+    """What every rank returns when they stopped on SIGTERM: the step ends with it (exit 75)."""
+    where = f"batch {batches} of epoch {epoch + 1}" if batches else f"the end of epoch {epoch}"
+    if ctx.rank == 0:
+        log.warning("train: stopped on SIGTERM at %s; a rerun resumes from there", where)
+    return interruption.Preempted(
+        f"train was stopped by SIGTERM (preemption) at {where}; its checkpoint is under {output.join('_checkpoints')}: "
+        f"run the step again to resume (exit code {interruption.PREEMPTED_EXIT_CODE})"
+    )
+
+
+def _train_epochs(
+    ctx: WorkerContext,
+    config: GnnflowConfig,
+    task_type: str,
+    task,
+    model: torch.nn.Module,
+    ddp: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: checkpoint.TrainingState,
+    output: storage.Uri,
+) -> interruption.Preempted | None:
+    """Trains epochs from ``state`` on, checkpointing each, until the last, early stopping, or a
+    SIGTERM (then returns what the step ends with)."""
+    metric = VALIDATION_METRIC[task_type]
     patience = config.training.early_stopping_patience
-    _seed_everything(config.training.seed + 1000 * state.next_epoch + ctx.rank)
     stopped_early = patience is not None and state.epochs_without_improvement >= patience  # a resumed run that had stopped
     for epoch in range(state.next_epoch, 0 if stopped_early else config.training.epochs):
-        result = task.train_epoch(ddp, optimizer, show_progress=ctx.rank == 0)
+        # Seeded per epoch, not once: a run resumed at epoch e draws what an uninterrupted one did.
+        _seed_everything(config.training.seed + 1000 * epoch + ctx.rank)
+        start = _epoch_start(state, ctx.rank)
+        state.mid_epoch = False
+        agreement = None if config.training.mode == "full_graph" else _agreement(config, state, start, task, model, optimizer, output)
+        result = task.train_epoch(ddp, optimizer, show_progress=ctx.rank == 0, agreement=agreement, start=start)
+        if agreement is not None and agreement.stopped:
+            return _preempted(ctx, epoch, start.skip + agreement.batches, output)
         val = task.evaluate(model, "val")
         slowest = torch.tensor([result.seconds])
         with watchdog.phase("all-reduce"):
@@ -157,7 +229,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
         else:
             state.epochs_without_improvement += 1
         state.next_epoch = epoch + 1
-        state.model, state.optimizer = model.state_dict(), optimizer.state_dict()
+        state.model = model.state_dict()
+        state.ranks = gather_to_rank_zero({"optimizer": optimizer.state_dict()})
         if ctx.rank == 0:
             with watchdog.phase("writing"):
                 checkpoint.save(state, output)
@@ -177,12 +250,44 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | None:
                 remote,
                 100 * result.remote_fraction,
             )
-        with watchdog.phase("all-reduce"):
-            dist.barrier()  # nobody starts the next epoch before the checkpoint of this one exists
+        # Nobody starts the next epoch before the checkpoint of this one exists; a SIGTERM that came
+        # during evaluation stops every rank here, the checkpoint being this epoch's.
+        if _any_rank(interruption.stop_requested()):
+            return _preempted(ctx, epoch + 1, 0, output)
         if patience is not None and state.epochs_without_improvement >= patience:
             if ctx.rank == 0:
                 log.info("early stopping: no better validation %s for %d epochs", metric, patience)
             break
+    return None
+
+
+def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preempted | None:
+    """One trainer; returns the final metrics on rank 0, None elsewhere, or on every rank, when
+    stopped by SIGTERM, the :class:`~components.gnn.interruption.Preempted` the step raises."""
+    config = job.config
+    interruption.stop_on_sigterm()  # from here on, SIGTERM stops training at a batch boundary, with a checkpoint
+    placement = worker_placement(config.training, ctx)
+    ctx.init_process_group(backend=placement.backend)
+    torch.set_num_threads(1)  # workers share the machine's cores; oversubscription costs more than it gains
+    watchdog.mark("loading")
+    partitions = storage.open_published(job.input, step=PARTITION_STEP)
+    part = read_partition(partitions, ctx.rank)
+    if config.training.mode == "sampled" and config.training.sampling == "multiprocess":
+        check_sampling_memory(part.nbytes, loaders=3, local_world_size=ctx.local_world_size)  # train, val and test loaders
+    schema = part.metadata.schema
+    edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
+    if config.training.mode == "full_graph":
+        task, model, ddp, stop = full_graph_setup(ctx, part, config, edge_dir, _seed_everything)
+    else:
+        task, model, ddp, stop = _sampled_setup(ctx, part, config, edge_dir, placement)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
+    output = storage.parse_uri(job.output)
+    state = _resumed_state(ctx, config, output, partitions.manifest.generation, model, optimizer)
+    preempted = _train_epochs(ctx, config, schema.task_type, task, model, ddp, optimizer, state, output)
+    if preempted is not None:
+        task.shutdown()
+        stop()
+        return preempted
     model.load_state_dict(state.best_model or model.state_dict())
     final: dict[str, float] = {"best_epoch": state.best_epoch, "epochs_run": state.next_epoch}
     final |= {f"val_{k}": v for k, v in task.evaluate(model, "val").items()}
@@ -232,7 +337,7 @@ def train(config: GnnflowConfig, input_uri: storage.Uri | str, output: storage.U
         processes_per_replica=config.resources.processes_per_replica,
         timeouts=config.resources.worker_timeouts,
     )
-    if result is None:  # a cluster replica that does not publish
+    if not isinstance(result, dict):  # a cluster replica that does not publish (launch_staged raised a Preempted)
         return None
     staging.add_entries(result["entries"])
     metrics = result["metrics"]

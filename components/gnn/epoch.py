@@ -1,0 +1,48 @@
+"""One training epoch's batches, from wherever a resumed run left off, under DDP's join and the
+ranks' :class:`~components.gnn.interruption.BatchAgreement`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel
+
+from components import watchdog
+from components.gnn.interruption import BatchAgreement, restore_rng_states
+from components.gnn.sampling import resumed_iterator
+
+
+@dataclass(frozen=True)
+class EpochStart:
+    """Where a rank starts an epoch: at its beginning, or after ``skip`` batches a checkpoint
+    holds, with the running sums and random states it had then."""
+
+    skip: int = 0
+    sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    rng: dict[str, Any] | None = None
+
+
+FROM_THE_START = EpochStart()
+
+
+def trained_batches(model: nn.Module, loader, agreement: BatchAgreement | None, start: EpochStart) -> Iterator[Any]:
+    """``loader``'s batches from ``start.skip`` on. Each is trained by the caller before it asks
+    for the next one; the ranks then agree whether to stop there. A rank with fewer batches
+    joins DDP (which shadows its peers' all-reduces) and the agreement until all are done."""
+    iterator = resumed_iterator(loader, start.skip)
+    if start.rng is not None:  # after the skip: in-process shuffling draws its order at the first batch
+        restore_rng_states(start.rng)
+    joinables: list[Any] = [model] if isinstance(model, DistributedDataParallel) else []
+    if agreement is not None:
+        joinables.append(agreement)
+    with Join(joinables) if joinables else contextlib.nullcontext():
+        for batch in watchdog.batches(iterator):
+            yield batch
+            if agreement is not None and agreement.after_batch():
+                return

@@ -1,0 +1,60 @@
+"""Small graphs built once per test session and shared by the modules that train on them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from components import storage
+from components.config import GnnflowConfig, parse_config
+from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.partition.books import hash_owner
+from components.partition.step import partition
+from components.partition.store import read_partition
+from components.preprocess.step import preprocess
+from components.serialize.step import serialize
+
+DEMO_NODES = 400
+
+
+def with_updates(raw: dict, **sections: dict) -> GnnflowConfig:
+    """``raw`` with each given section's keys replaced, parsed."""
+    merged = json.loads(json.dumps(raw))
+    for name, values in sections.items():
+        merged[name] = {**merged.get(name, {}), **values}
+    return parse_config(yaml.safe_dump(merged), "test config")
+
+
+def build_one_sided_validation(root: Path) -> tuple[dict, storage.Uri, int]:
+    """The demo graph (400 nodes, 5 classes) with a split column whose validation nodes all lie
+    in partition 0 of 2, so the two workers have different numbers of seeds: (raw config,
+    partitions, labelled validation nodes)."""
+    demo = generate_demo_graph(DEMO_NODES, seed=3)
+    # Preprocessing numbers nodes in table order, and the partitioner places id i by hash_owner.
+    owner = hash_owner(torch.arange(DEMO_NODES), 2, seed=0).numpy()
+    draw = np.random.default_rng(0).random(DEMO_NODES)
+    split = np.where(draw < 0.6, "train", np.where(draw < 0.8, "test", np.where(owner == 0, "val", "train")))
+    nodes_file, edges_file = write_demo_graph(type(demo)(demo.nodes.assign(split=split), demo.edges), root / "tables")
+    raw = {
+        "graph": {
+            "nodes": [{"type": "paper", "uri": str(nodes_file), "label_column": "label", "split_column": "split",
+                       "features": [{"columns": ["w*"]}]}],
+            "edges": [{"type": "cites", "uri": str(edges_file), "src_type": "paper", "dst_type": "paper"}],
+        },
+        "partition": {"seed": 0},
+        "resources": {"world_size": 2},
+        "training": {"epochs": 5, "batch_size": 64, "early_stopping_patience": None},
+    }
+    config = with_updates(raw)
+    preprocess(config, root / "pre")
+    serialize(config, root / "pre", root / "tfr")
+    published = partition(root / "tfr", root / "parts", config.partition, world_size=2)
+    val_code = 1
+    held = [int((read_partition(published, i).nodes["paper"]["split"] == val_code).sum()) for i in range(2)]
+    assert held[0] > 0 and held[1] == 0, f"validation nodes per partition: {held}"
+    labelled_val = int(((split == "val") & demo.nodes["label"].notna().to_numpy()).sum())
+    return raw, published.root, labelled_val
