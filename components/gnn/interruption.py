@@ -54,11 +54,11 @@ def stop_requested() -> bool:
 def rng_states() -> dict[str, Any]:
     """This process's random states (what dropout and the next epoch's shuffle draw from), as
     tensors and plain values a ``weights_only`` checkpoint load accepts."""
-    _, keys, position, has_gauss, cached = np.random.get_state()
+    _, keys, position, has_gauss, cached = np.random.get_state(legacy=True)
     return {
         "torch": torch.get_rng_state(),
         "numpy": {
-            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
             "position": int(position),
             "has_gauss": int(has_gauss),
             "cached": float(cached),
