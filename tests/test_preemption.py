@@ -148,7 +148,9 @@ def test_a_resumed_multiprocess_epoch_deals_the_rest_of_its_order_in_whole_batch
 def test_batch_agreement_on_one_process_checkpoints_every_n_batches_and_stops_on_request(monkeypatch) -> None:
     written: list[tuple[int, bool]] = []
     batches = [0]
-    agreement = BatchAgreement(3, None, snapshot=lambda: {"batches": batches[0]}, write=lambda s, stop: written.append((s[0]["batches"], stop)))
+    agreement = BatchAgreement(
+        3, None, snapshot=lambda: {"batches": batches[0]}, write=lambda snapshots, stop: written.append((snapshots[0]["batches"], stop))
+    )
     for batch in range(1, 8):
         batches[0] = batch
         assert agreement.after_batch() is False
