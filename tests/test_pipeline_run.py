@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -65,6 +71,32 @@ def test_rerun_skips_up_to_date_steps_and_reruns_what_changed(demo_run, capsys):
     after = {s: v["generation"] for s, v in _ran_and_skipped(demo_run).items()}
     assert [s for s in STEPS if after[s] == before[s]] == ["preprocess", "serialize", "partition"]
     assert storage.open_published(demo_run / "model").read_json("metrics.json")["epochs_run"] <= 6
+
+
+def test_a_run_stopped_by_sigterm_in_train_exits_75_and_its_rerun_resumes_train_only(demo_run):
+    """SIGTERM to `gnnflow run` (a local job's launcher) reaches the trainers, which checkpoint; the
+    rerun skips the published steps before train and resumes train from its checkpoint."""
+    command = [sys.executable, "-c", "import sys; from pipelines.cli import main; sys.exit(main())", "run",
+               "--config", str(demo_run / "config.yaml"), "--output", str(demo_run),
+               "--set", "training.epochs=12", "--set", "training.checkpoint_every_batches=4",
+               "--set", "training.early_stopping_patience=null"]
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    checkpoint = demo_run / "model" / "_checkpoints" / "checkpoint.pt"
+    before = storage.version(checkpoint)
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 300
+    while storage.version(checkpoint) == before and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)  # a checkpoint of this run: train is under way
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 75, stderr[-3000:]
+    assert "train was stopped by SIGTERM (preemption)" in stderr
+
+    rerun = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "skipped (up to date): preprocess, serialize, partition" in rerun.stdout
+    assert "resuming from the checkpoint of" in rerun.stderr
+    assert storage.open_published(demo_run / "model").read_json("metrics.json")["epochs_run"] == 12
 
 
 def test_run_rejects_a_bad_override_before_any_step(tmp_path, capsys):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,9 +26,11 @@ import yaml
 from components import storage
 from components.config import parse_config
 from components.entrypoint import run_cli
+from components.errors import GnnflowError
 from components.gnn.interruption import PREEMPTED_EXIT_CODE, BatchAgreement, Preempted
 from components.gnn.sampling import _without_first
-from components.train import checkpoint
+from components.launcher import WorkerFailed
+from components.train import attempts, checkpoint
 from components.train.step import train
 from tests.small_graphs import with_updates
 
@@ -172,3 +175,33 @@ def test_a_preempted_step_exits_75_with_its_message(capsys) -> None:
 def test_checkpoint_periods_must_be_positive(key: str) -> None:
     with pytest.raises(Exception, match=key):
         parse_config(yaml.safe_dump({"graph": {"nodes": [], "edges": []}, "training": {key: 0}}), "test config")
+
+
+def test_a_second_failure_from_the_same_checkpoint_says_so_and_a_third_attempt_is_refused(one_sided_validation, tmp_path, caplog):
+    raw, partitions, _ = one_sided_validation
+    broken = tmp_path / "parts"
+    shutil.copytree(partitions.path, broken)
+    (features,) = broken.glob("gen-*/part-00001/nodes/paper.safetensors")
+    intact = features.read_bytes()
+    features.write_bytes(intact[: len(intact) // 2])  # rank 1 fails reading its partition, every time
+    config = with_updates(_raw(raw, epochs=1))
+    model = tmp_path / "model"
+
+    with pytest.raises(WorkerFailed, match="rank 1"):
+        train(config, broken, model)
+    assert "failed again from the same point" not in caplog.text
+    with pytest.raises(WorkerFailed, match="rank 1"):
+        train(config, broken, model)
+    assert "train failed again from the same point as the previous attempt (the start of training)" in caplog.text
+
+    started = time.monotonic()
+    refusal = r"train failed 2 times from the same point \(the start of training\), last with: WorkerFailed: .*rank 1"
+    with pytest.raises(GnnflowError, match=refusal):
+        train(config, broken, model)
+    assert time.monotonic() - started < 5, "refused before any worker started"
+
+    features.write_bytes(intact)
+    (model / attempts.FAILURES_FILE).unlink()  # what the refusal says to do once the cause is fixed
+    train(config, broken, model)
+    assert storage.open_published(model, step="train").read_json("metrics.json")["epochs_run"] == 1
+    assert not (model / attempts.FAILURES_FILE).exists()

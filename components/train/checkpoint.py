@@ -20,6 +20,7 @@ from components import storage
 from components.config import GnnflowConfig
 
 CHECKPOINT_FILE = "_checkpoints/checkpoint.pt"
+POSITION_FILE = "_checkpoints/position.txt"  # where the checkpoint stands, for people and for attempts.py
 
 
 # When to stop is not what was trained: raising epochs (or patience) continues the same run.
@@ -75,6 +76,14 @@ def save(state: TrainingState, output: storage.Uri) -> None:
     buffer = io.BytesIO()
     torch.save(state.__dict__, buffer)
     storage.write_bytes(output.join(CHECKPOINT_FILE), buffer.getvalue())
+    storage.write_text(output.join(POSITION_FILE), position(state))
+
+
+def position(state: TrainingState) -> str:
+    """Where ``state`` stands, in words: "batch 16/27 of epoch 2" (per rank) or "the end of epoch 3"."""
+    if state.mid_epoch:
+        return f"batch {'/'.join(str(rank['batches']) for rank in state.ranks)} of epoch {state.next_epoch + 1}"
+    return f"the end of epoch {state.next_epoch}"
 
 
 def load(output: storage.Uri, expected_fingerprint: str) -> TrainingState | None:

@@ -41,11 +41,11 @@ from components.gnn.model import HomogeneousGCN, HomogeneousSAGE
 from components.gnn.node_task import NodeTask
 from components.gnn.sampling import RPC_THREADS, SamplingSetup
 from components.gnn.shared_memory import check_sampling_memory
-from components.launcher import WorkerContext, launch_staged
+from components.launcher import WorkerContext, cluster_from_environment, launch_staged
 from components.partition.dataset import node_splits, to_dist_dataset
 from components.partition.step import STEP as PARTITION_STEP
 from components.partition.store import StoredPartition, read_partition
-from components.train import checkpoint, curves
+from components.train import attempts, checkpoint, curves
 from components.train.full_graph import full_graph_setup
 
 log = logging.getLogger("gnnflow.train")
@@ -324,24 +324,36 @@ def train(config: GnnflowConfig, input_uri: storage.Uri | str, output: storage.U
     output = storage.parse_uri(output)
     storage.open_published(input_uri, step=PARTITION_STEP)  # fail here, before any worker starts
     check_device(config.training)
+    attempts.refuse_a_looping_retry(output)
     staging = storage.OutputStaging(output, STEP)
     world_size = config.resources.world_size
     job = TrainJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, config)
     log.info("train: %s → %s, %d worker(s), %s", input_uri, output, world_size, config.task.type)
     start = time.perf_counter()
-    result = launch_staged(
-        staging,
-        train_worker,
-        (job,),
-        world_size=world_size,
-        processes_per_replica=config.resources.processes_per_replica,
-        timeouts=config.resources.worker_timeouts,
-    )
+    cluster = cluster_from_environment()
+    records_attempts = cluster is None or cluster.replica_rank == 0  # one writer of the failure record
+    point = attempts.resume_point(output)
+    try:
+        result = launch_staged(
+            staging,
+            train_worker,
+            (job,),
+            world_size=world_size,
+            processes_per_replica=config.resources.processes_per_replica,
+            timeouts=config.resources.worker_timeouts,
+        )
+    except interruption.Preempted:
+        raise  # not a failure: the rerun resumes
+    except Exception as error:
+        if records_attempts:
+            attempts.record_failure(output, point, error)
+        raise
     if not isinstance(result, dict):  # a cluster replica that does not publish (launch_staged raised a Preempted)
         return None
     staging.add_entries(result["entries"])
     metrics = result["metrics"]
     published = staging.publish(counts={"epochs": metrics["epochs_run"]}, metadata={"source": str(input_uri), "metrics": metrics})
+    attempts.clear(output)
     log.info(
         "train: published %s in %.1fs: %s",
         output,
