@@ -42,7 +42,7 @@ class PeakMemory:
         """(peak alone, peak with descendants) per worker, in start order (the launcher starts ranks in order)."""
         return [(self.alone[k], self.peaks[k]) for k in sorted(self.peaks)]
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         self.thread.start()
         return self
 

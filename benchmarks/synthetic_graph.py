@@ -59,7 +59,8 @@ def write_serialized(out: Path | str, graph: dict[str, np.ndarray], classes: int
     from components import storage
     from components.config import SerializeSpec
     from components.schema import NO_SPLIT, EdgeTypeSchema, GraphSchema, NodeTypeSchema
-    from components.serialize.step import METADATA_FILE, shard_count
+    from components.serialize.output import METADATA_FILE
+    from components.serialize.shards import shard_count
     from components.tfrecord import encode_examples
 
     nodes, dim = graph["features"].shape

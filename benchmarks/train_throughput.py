@@ -269,8 +269,8 @@ def main() -> None:
 
     import torch
 
-    from components.partition.step import partition
     from components.config import PartitionSpec
+    from components.partition.step import partition
 
     logging.basicConfig(level=logging.WARNING)
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")

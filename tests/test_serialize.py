@@ -8,7 +8,9 @@ import pytest
 from components import storage
 from components.config import SerializeSpec, load_config
 from components.preprocess.step import preprocess
-from components.serialize.step import read_graph_metadata, serialize, shard_count
+from components.serialize.output import read_graph_metadata
+from components.serialize.shards import shard_count
+from components.serialize.step import serialize
 from components.tfrecord import decode_examples, iter_records
 from tests.tiny_graph import write_tiny_graph
 

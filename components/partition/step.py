@@ -23,8 +23,8 @@ from components.partition.loading import load_graph
 from components.partition.original_ids import write_original_ids
 from components.partition.partitioner import label_edge_types, partition_graph, stored_edge_types
 from components.partition.store import METADATA_FILE, PartitionMetadata, part_folder, write_partition
-from components.serialize.step import STEP as SERIALIZE_STEP
-from components.serialize.step import read_graph_metadata
+from components.serialize.output import STEP as SERIALIZE_STEP
+from components.serialize.output import read_graph_metadata
 
 log = logging.getLogger("gnnflow.partition")
 

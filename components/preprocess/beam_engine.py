@@ -35,9 +35,9 @@ from components.preprocess.beam_transforms import (
 )
 from components.preprocess.edges import edge_type_schema, open_edge_table
 from components.preprocess.nodes import node_type_schema, open_node_table, unlabelled_error
+from components.preprocess.output import publish_preprocessed
 from components.preprocess.parts import part_path
 from components.preprocess.splits import edge_split, node_split
-from components.preprocess.step import publish_preprocessed
 from components.schema import SPLIT_CODES
 from components.transforms import FittedFeatures
 

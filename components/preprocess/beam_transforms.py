@@ -39,9 +39,9 @@ from components.preprocess.nodes import (
     empty_table_error,
     encode_node_chunk,
 )
+from components.preprocess.output import STEP
 from components.preprocess.parts import write_part
 from components.preprocess.splits import edge_split, node_split
-from components.preprocess.step import STEP
 from components.schema import SPLIT_CODES
 from components.transforms import FeatureFitter, FittedFeatures, PerFileFitters, fit_label_vocabulary, label_values
 

@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 from components import storage
 from components.beam_pipeline import put_result, run_pipeline, take_result
 from components.config import GnnflowConfig
-from components.serialize.step import STEP, TypeShards, _encode_batch
+from components.serialize.output import STEP
+from components.serialize.shards import TypeShards, encode_batch
 
 log = logging.getLogger("gnnflow.serialize")
 
@@ -80,7 +81,7 @@ def run_task(task: ShardTask | CopyTask, preprocessed: storage.PublishedOutput, 
     else:
         with staging.open_write(task.path) as writer:
             for first_row, batch in _rows_in_range(preprocessed, task):
-                writer.write(_encode_batch(batch, task.int_columns, task.dim, first_row))
+                writer.write(encode_batch(batch, task.int_columns, task.dim, first_row))
     entry = staging.entries[task.path]
     return task.path, task.stop - task.start, [entry.size, entry.crc32c]
 

@@ -113,7 +113,7 @@ def _resumed_state(
     model.load_state_dict(own.get("model", state.model))
     optimizer.load_state_dict(own.get("optimizer", state.optimizer))
     if ctx.rank == 0:
-        where = f"batch {own['batches']} of epoch {state.next_epoch + 1}" if state.mid_epoch else f"the end of epoch {state.next_epoch}"
+        where = f"batch {own['batches']} of epoch {state.next_epoch + 1}" if state.mid_epoch else f"epoch {state.next_epoch - 1}"
         log.info(
             "resuming from the checkpoint of %s (best %.4f at epoch %d)",
             where,

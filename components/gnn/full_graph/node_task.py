@@ -22,9 +22,11 @@ from torch import nn
 from components.collectives import all_sum_int
 from components.config import GnnflowConfig
 from components.errors import GnnflowError
+from components.gnn.epoch import FROM_THE_START, EpochStart
 from components.gnn.full_graph.encoder import check_encoder, encode, uses_gcn
 from components.gnn.full_graph.graph import partition_graph
 from components.gnn.full_graph.plan import remote_edge_fraction
+from components.gnn.interruption import BatchAgreement
 from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
 from components.gnn.node_task import EpochResult
 from components.partition.store import StoredPartition
@@ -97,10 +99,19 @@ class FullGraphNodeTask:
             dist.broadcast(key, 0)
         return int(key)
 
-    def train_epoch(self, model: nn.Module, optimizer: torch.optim.Optimizer, show_progress: bool) -> EpochResult:
-        """One full-graph step; ``show_progress`` is accepted for the loop's sake (one step has no bar)."""
+    def train_epoch(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        show_progress: bool,
+        agreement: BatchAgreement | None = None,
+        start: EpochStart = FROM_THE_START,
+    ) -> EpochResult:
+        """One full-graph step. The other arguments are the sampled tasks' (one step has no bar,
+        and an epoch of one step is never stopped or resumed part-way)."""
+        assert agreement is None and start == FROM_THE_START, "a full-graph epoch is one step"
         model.train()
-        start = time.perf_counter()
+        began = time.perf_counter()
         optimizer.zero_grad()
         logits = self._logits(model, self._dropout_key())
         train = self.index["train"]
@@ -111,7 +122,7 @@ class FullGraphNodeTask:
         optimizer.step()
         confusion = all_sum(confusion_matrix(logits[train].detach().argmax(-1), self.y[train], self.num_classes))
         total = float(all_sum(loss.detach().reshape(1).to(torch.float64)))
-        return EpochResult(total, 1, time.perf_counter() - start, classification_metrics(confusion), self.remote_fraction)
+        return EpochResult(total, 1, time.perf_counter() - began, classification_metrics(confusion), self.remote_fraction)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:

@@ -1,0 +1,27 @@
+"""What the ``serialize`` step publishes (TFRecord shards of ``tf.train.Example``), and how later steps read it.
+
+One record per node (``node_id``, ``label``, ``split`` as int64; ``features`` as one packed
+float list) and per edge (``edge_id``, ``src``, ``dst``, ``split``; ``features``); an edge's id is
+its position within its type, so later steps can name edges (partition books, edge features). Each type is cut into
+shards of about equal size so N workers can read disjoint shard subsets in parallel.
+
+Output (published atomically)::
+
+    nodes/<type>/shard-00000-of-00004.tfrecord
+    edges/<src>__<rel>__<dst>/shard-*.tfrecord
+    id_maps/<type>/part-*.parquet      copied from preprocess, for mapping results back
+    graph_metadata.json                the schema every later step reads (files: shards)
+    config.resolved.yaml
+"""
+
+from __future__ import annotations
+
+from components import storage
+from components.schema import GraphSchema
+
+STEP = "serialize"
+METADATA_FILE = "graph_metadata.json"
+
+
+def read_graph_metadata(serialized: storage.PublishedOutput) -> GraphSchema:
+    return GraphSchema.from_json(serialized.read_bytes(METADATA_FILE).decode(), str(serialized.uri(METADATA_FILE)))
