@@ -71,10 +71,10 @@ def pyg_run(partitions_uri: str, config, result) -> None:
     from components import storage
     from components.gnn.build import build_model
     from components.gnn.link_labels import positive_pairs, training_edges
-    from components.partition.dataset import edge_type_tuple
-    from components.partition.partitioner import stored_edge_types
-    from components.partition.step import STEP
-    from components.partition.store import read_partition
+    from components.gnn.glt_dataset import edge_type_tuple
+    from components.schema import stored_edge_types
+    from components.partition.output import STEP
+    from components.partition.output import read_partition
 
     torch.set_num_threads(2)
     torch.manual_seed(0)

@@ -48,9 +48,9 @@ def compare_worker(ctx, partitions_uri: str, config, graph_path: str, replace_va
     from components import storage
     from components.gnn.node_task import NodeTask
     from components.gnn.sampling import RPC_THREADS, SamplingSetup
-    from components.partition.dataset import node_splits, to_dist_dataset
-    from components.partition.step import STEP
-    from components.partition.store import read_partition
+    from components.gnn.glt_dataset import node_splits, to_dist_dataset
+    from components.partition.output import STEP
+    from components.partition.output import read_partition
 
     ctx.init_process_group()
     part = read_partition(storage.open_published(partitions_uri, step=STEP), ctx.rank)

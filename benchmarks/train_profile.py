@@ -26,9 +26,9 @@ def profile_worker(ctx, partitions_uri: str, config, collect_batches: int, num_r
     from components.gnn.build import build_model
     from components.gnn.node_task import NodeTask
     from components.gnn.sampling import SamplingSetup
-    from components.partition.dataset import node_splits, to_dist_dataset
-    from components.partition.step import STEP as PARTITION_STEP
-    from components.partition.store import read_partition
+    from components.gnn.glt_dataset import node_splits, to_dist_dataset
+    from components.partition.output import STEP as PARTITION_STEP
+    from components.partition.output import read_partition
 
     ctx.init_process_group()
     torch.set_num_threads(1)

@@ -105,3 +105,19 @@ class GraphSchema:
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise GnnflowError(f"{source} is not a valid graph schema: {exc}") from exc
+
+
+def stored_edge_types(metadata: GraphSchema) -> dict[str, tuple[str, str, str]]:
+    """Every edge type a partition stores, name → (src type, relation, dst type).
+
+    The schema's message edge types (label edge tables are stored too, but carry no messages), plus
+    ``<dst>__rev_<relation>__<src>`` for each undirected edge type
+    between two different node types (its rows reversed, same edge ids): GLT samples along
+    stored edges only, so without it nodes at the destination end never reach the sources.
+    """
+    types: dict[str, tuple[str, str, str]] = {}
+    for name, edge in metadata.message_edge_types.items():
+        types[name] = (edge.src_type, edge.relation, edge.dst_type)
+        if edge.undirected and edge.src_type != edge.dst_type:
+            types[f"{edge.dst_type}__rev_{edge.relation}__{edge.src_type}"] = (edge.dst_type, f"rev_{edge.relation}", edge.src_type)
+    return types

@@ -24,7 +24,7 @@ from components import storage
 from components.config import GnnflowConfig, load_config, resolve_config
 from components.errors import GnnflowError
 from components.infer.layerwise import check_exact_config
-from components.infer.step import MODES
+from components.infer.output import MODES
 from components.tables import tables_fingerprint
 from pipelines.local_run import metric_lines
 

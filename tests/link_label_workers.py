@@ -7,8 +7,8 @@ import torch
 from components import storage
 from components.gnn.link_labels import training_edges
 from components.launcher import WorkerContext
-from components.partition.step import STEP as PARTITION_STEP
-from components.partition.store import read_original_ids, read_partition
+from components.partition.output import STEP as PARTITION_STEP
+from components.partition.output import read_original_ids, read_partition
 from components.schema import SPLIT_CODES
 
 

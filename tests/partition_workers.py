@@ -6,8 +6,8 @@ import torch
 
 from components import storage
 from components.launcher import WorkerContext
-from components.partition.dataset import to_dist_dataset
-from components.partition.store import read_partition
+from components.gnn.glt_dataset import to_dist_dataset
+from components.partition.output import read_partition
 
 
 def sample_and_check(ctx: WorkerContext, partitions_uri: str, features: torch.Tensor, labels: torch.Tensor, source_of: torch.Tensor) -> dict[str, int]:

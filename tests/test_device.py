@@ -145,7 +145,7 @@ def test_types_without_feature_values_are_held_on_the_host_when_features_go_to_t
     gpu_feature_fraction 0). Those types get a host ``Feature``; the rest keep GLT's stores."""
     from graphlearn_torch.data.feature import Feature
 
-    from components.partition.dataset import _on_host_where_empty, empty_feature_types
+    from components.gnn.glt_dataset import _on_host_where_empty, empty_feature_types
 
     features = {"paper": torch.rand(4, 3), "word": torch.zeros(5, 0), "venue": torch.zeros(0, 2)}
     id2idx = {"paper": None, "word": None, "venue": None}

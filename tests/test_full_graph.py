@@ -25,7 +25,7 @@ from components.infer.restore import restore_model
 from components.infer.step import infer
 from components.launcher import launch
 from components.partition.step import partition
-from components.partition.store import read_metadata, read_original_ids, read_partition
+from components.partition.output import read_metadata, read_original_ids, read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.train.step import train

@@ -25,9 +25,9 @@ from components.infer.restore import restore_model
 from components.infer.sampled import sampling_types
 from components.infer.step import infer
 from components.launcher import WorkerContext, launch
-from components.partition.books import hash_owner
+from components.partition.output import hash_owner
 from components.partition.step import partition
-from components.partition.store import METADATA_FILE, PartitionMetadata, read_metadata, read_original_ids, read_partition
+from components.partition.output import METADATA_FILE, PartitionMetadata, read_metadata, read_original_ids, read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.starter_config import propose_config

@@ -21,9 +21,9 @@ from components.gnn.link_task import in_batch_negatives
 from components.infer.retrieval_metrics import candidate_ranks
 from components.infer.step import infer
 from components.launcher import launch
-from components.partition.step import STEP as PARTITION_STEP
+from components.partition.output import STEP as PARTITION_STEP
 from components.partition.step import partition
-from components.partition.store import read_original_ids, read_partition
+from components.partition.output import read_original_ids, read_partition
 from components.preprocess.step import preprocess
 from components.schema import SPLIT_CODES
 from components.serialize.step import serialize

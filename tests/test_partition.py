@@ -23,7 +23,7 @@ from components.errors import GnnflowError
 from components.launcher import launch
 from components.partition.loading import assign_shards, load_graph
 from components.partition.step import partition
-from components.partition.store import read_metadata, read_partition
+from components.partition.output import read_metadata, read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import read_graph_metadata, serialize
 from tests.partition_workers import sample_and_check
@@ -97,7 +97,7 @@ def check_partitions(published: storage.PublishedOutput, whole: dict[str, torch.
         assert in_range(e["edge_id"], edge_counts, p.index)
     assert not published.files_under("books"), "no O(N) partition books: ranges in the metadata describe ownership"
     # Each partition carries its nodes' original ids, in node order.
-    from components.partition.store import read_original_ids
+    from components.partition.output import read_original_ids
 
     for p in parts:
         originals = read_original_ids(published, p.index, NODE)
@@ -290,7 +290,7 @@ def test_heterogeneous_graph(tmp_path):
         src = p.edges["author__writes__paper"]["edge_index"][0]
         assert in_range(src, p.metadata.node_counts["author"], p.index)
         assert in_range(p.edges["author__writes__paper"]["edge_id"], p.metadata.edge_counts["author__writes__paper"], p.index)
-    from components.partition.dataset import to_dist_dataset
+    from components.gnn.glt_dataset import to_dist_dataset
 
     dataset = to_dist_dataset(parts[0])
     assert set(dataset.node_features) == {"paper", "author"}

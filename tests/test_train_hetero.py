@@ -19,7 +19,7 @@ import pytest
 from components import storage
 from components.config import GnnflowConfig
 from components.hetero_demo_graph import generate_hetero_demo_graph, write_hetero_demo_graph
-from components.partition.step import STEP as PARTITION_STEP
+from components.partition.output import STEP as PARTITION_STEP
 from components.partition.step import partition
 from components.preprocess.step import preprocess
 from components.serialize.step import read_graph_metadata, serialize
@@ -100,8 +100,8 @@ def test_model_edge_types_are_the_sampled_edge_types(partitioned: Partitioned) -
     """Every edge type a GLT batch can hold has a convolution in the model (no silent skips)."""
     from graphlearn_torch.typing import reverse_edge_type
 
-    from components.partition.dataset import to_dist_dataset
-    from components.partition.store import read_partition
+    from components.gnn.glt_dataset import to_dist_dataset
+    from components.partition.output import read_partition
     from components.gnn.build import build_model
 
     part = read_partition(storage.open_published(partitioned.partitions, step=PARTITION_STEP), 0)

@@ -11,8 +11,7 @@ from torch import nn
 
 from components.config import GnnflowConfig
 from components.gnn.model import EdgeType, LinkPredictor, NodeClassifier, NodeInput, build_encoder
-from components.partition.partitioner import stored_edge_types
-from components.schema import GraphSchema
+from components.schema import GraphSchema, stored_edge_types
 
 
 def reverse_edge_type(edge_type: EdgeType) -> EdgeType:

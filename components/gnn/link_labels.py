@@ -13,8 +13,7 @@ from __future__ import annotations
 import torch
 
 from components.collectives import exchange
-from components.partition.books import range_ends, range_owner
-from components.partition.store import StoredPartition
+from components.partition.output import StoredPartition, range_ends, range_owner
 from components.schema import SPLIT_CODES, GraphSchema
 
 HELD_OUT = (SPLIT_CODES["val"], SPLIT_CODES["test"])

@@ -22,7 +22,7 @@ from components.gnn.link_labels import hard_negative_pairs, positive_pairs
 from components.gnn.metrics import AUC_BINS, all_sum, histogram_auc, score_histogram
 from components.gnn.node_task import EpochResult
 from components.gnn.sampling import RemoteCounter, SamplingSetup, link_loader
-from components.partition.store import StoredPartition
+from components.partition.output import StoredPartition
 from components.runlog import progress
 
 

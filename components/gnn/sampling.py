@@ -15,12 +15,11 @@ from components.config import GnnflowConfig, TrainingSpec
 from components.gnn import distinct_sampling, glt_compat
 from components.gnn.build import forward_edge_name, uses_edge_features
 from components.gnn.device import CPU_PLACEMENT, Placement
+from components.gnn.glt_dataset import edge_type_tuple
 from components.gnn.model import EdgeType
 from components.gnn.shared_memory import CHANNEL_BYTES
 from components.launcher import WorkerContext
-from components.partition.dataset import edge_type_tuple
-from components.partition.partitioner import stored_edge_types
-from components.schema import GraphSchema
+from components.schema import GraphSchema, stored_edge_types
 
 # GLT serves remote sampling requests on its RPC threads, and its samplers draw from one random
 # engine per thread (seeded from training.seed). With several threads, which thread serves which
@@ -221,7 +220,7 @@ class RemoteCounter:
     were fetched over RPC): the locality a partitioning method buys, per epoch."""
 
     def __init__(self, node_counts: dict[str, list[int]], rank: int, sampled: int = 0, remote: int = 0) -> None:
-        from components.partition.books import range_ends
+        from components.partition.output import range_ends
 
         self.ends = {t: range_ends(c) for t, c in node_counts.items()}
         self.rank = rank

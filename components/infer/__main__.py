@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from components import storage
 from components.config_source import add_config_arguments, required_config
 from components.entrypoint import run_cli
-from components.infer.step import MODES, infer
+from components.infer.output import MODES
+from components.infer.step import infer
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -13,9 +13,7 @@ from components import storage
 from components.config import GnnflowConfig, ModelSpec
 from components.errors import GnnflowError
 from components.schema import GraphSchema
-
-MODEL_FILE = "model.pt"
-SPEC_FILE = "model_spec.json"
+from components.train.output import MODEL_FILE, SPEC_FILE
 
 
 @dataclass(frozen=True)

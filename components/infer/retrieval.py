@@ -28,7 +28,7 @@ from components import storage
 from components.collectives import all_max_int, all_sum_int, exchange, request_strings
 from components.config import RetrievalSpec
 from components.gnn.metrics import all_gather_cat
-from components.partition.books import hash_owner, range_ends, range_owner
+from components.partition.output import hash_owner, range_ends, range_owner
 from components.runlog import rate
 
 log = logging.getLogger("gnnflow.infer")

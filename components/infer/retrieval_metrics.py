@@ -18,7 +18,7 @@ from components.collectives import exchange, request_strings
 from components.gnn.metrics import all_sum
 from components.infer.retrieval import CANDIDATES_DIR
 from components.infer.shards import read_shard
-from components.partition.books import range_ends, range_owner
+from components.partition.output import range_ends, range_owner
 
 
 def candidate_ranks(candidates: pd.DataFrame, sources: np.ndarray, destinations: np.ndarray) -> np.ndarray:

@@ -17,9 +17,8 @@ import torch
 
 from components import storage
 from components.errors import GnnflowError
+from components.infer.output import EMBEDDINGS_FOLDER
 from components.infer.outputs import NodeOutputs
-
-EMBEDDINGS_FOLDER = "embeddings"
 
 
 def shard_path(node_type: str, rank: int) -> str:

@@ -8,12 +8,8 @@ homogeneous graphs; see :mod:`.layerwise`).
 Link prediction embeds over the training edges only, as training sampled, so the test edges it
 scores never carried messages.
 
-Output (published atomically; workers write into one generation, the launching process
-publishes once all have finished)::
 
-    embeddings/<node type>/part-<rank>.parquet   node_id, embedding[, prediction, probability]
-    metrics.json                                  test metrics recomputed from the shards
-    config.resolved.yaml
+Output layout and names: :mod:`.output`.
 """
 
 from __future__ import annotations
@@ -39,20 +35,18 @@ from components.infer import shards
 from components.infer.layerwise import check_encoder, exact_outputs
 from components.infer.link_eval import link_metrics, own_embeddings
 from components.infer.metrics import shard_confusion
+from components.infer.output import METRICS_FILE, MODES, STEP
 from components.infer.outputs import NodeOutputs
 from components.infer.restore import RestoredModel, model_config, restore_model
 from components.infer.retrieval import OwnNodes, write_retrieval
 from components.infer.retrieval_metrics import retrieval_metrics
 from components.infer.shards import embedding_matrix
 from components.launcher import WorkerContext, launch_staged
-from components.partition.step import STEP as PARTITION_STEP
-from components.partition.store import StoredPartition, read_metadata, read_original_ids, read_partition
-from components.train.step import STEP as TRAIN_STEP
+from components.partition.output import STEP as PARTITION_STEP
+from components.partition.output import StoredPartition, read_metadata, read_original_ids, read_partition
+from components.train.output import STEP as TRAIN_STEP
 
 log = logging.getLogger("gnnflow.infer")
-
-STEP = "infer"
-MODES = ("sampled", "exact")
 
 
 @dataclass(frozen=True)
@@ -84,9 +78,9 @@ def _sampled(
 ) -> dict[str, NodeOutputs]:
     import graphlearn_torch as glt
 
+    from components.gnn.glt_dataset import to_dist_dataset
     from components.gnn.sampling import RPC_THREADS, SamplingSetup
     from components.infer.sampled import sampled_outputs
-    from components.partition.dataset import to_dist_dataset
 
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     dataset = to_dist_dataset(part, edge_filter=message_edges(part, ctx.world_size), placement=placement)
@@ -263,7 +257,7 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
         dist.barrier()  # nobody leaves while rank 0 may still talk to it
         return None
     metrics = {"mode": job.mode, **(metrics or {})}  # type: ignore[dict-item]  # mode beside the floats
-    staging.write_json("metrics.json", metrics)
+    staging.write_json(METRICS_FILE, metrics)
     staging.write_bytes("config.resolved.yaml", job.config.to_yaml().encode())
     for entries, _, _ in gathered:
         staging.add_entries(entries)

@@ -88,22 +88,6 @@ def check_nodes(graph: LoadedGraph, metadata: GraphSchema) -> None:
         _check_range(ids, node.count, f"node type '{name}'")
 
 
-def stored_edge_types(metadata: GraphSchema) -> dict[str, tuple[str, str, str]]:
-    """Every edge type a partition stores, name → (src type, relation, dst type).
-
-    The schema's message edge types (label edge tables are stored too, but carry no messages), plus
-    ``<dst>__rev_<relation>__<src>`` for each undirected edge type
-    between two different node types (its rows reversed, same edge ids): GLT samples along
-    stored edges only, so without it nodes at the destination end never reach the sources.
-    """
-    types: dict[str, tuple[str, str, str]] = {}
-    for name, edge in metadata.message_edge_types.items():
-        types[name] = (edge.src_type, edge.relation, edge.dst_type)
-        if edge.undirected and edge.src_type != edge.dst_type:
-            types[f"{edge.dst_type}__rev_{edge.relation}__{edge.src_type}"] = (edge.dst_type, f"rev_{edge.relation}", edge.src_type)
-    return types
-
-
 def label_edge_types(metadata: GraphSchema) -> list[str]:
     """The label edge tables a partition stores beside its message edges (with their anchors)."""
     return [name for name, e in metadata.edge_types.items() if e.role != "message"]

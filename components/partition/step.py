@@ -21,14 +21,14 @@ from components.config.resources import DEFAULT_TIMEOUTS, WorkerTimeouts
 from components.launcher import WorkerContext, launch_staged
 from components.partition.loading import load_graph
 from components.partition.original_ids import write_original_ids
-from components.partition.partitioner import label_edge_types, partition_graph, stored_edge_types
+from components.partition.output import STEP
+from components.partition.partitioner import label_edge_types, partition_graph
 from components.partition.store import METADATA_FILE, PartitionMetadata, part_folder, write_partition
+from components.schema import stored_edge_types
 from components.serialize.output import STEP as SERIALIZE_STEP
 from components.serialize.output import read_graph_metadata
 
 log = logging.getLogger("gnnflow.partition")
-
-STEP = "partition"
 
 
 @dataclass(frozen=True)

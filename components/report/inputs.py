@@ -16,16 +16,12 @@ from typing import Any
 
 from components import storage
 from components.errors import GnnflowError
-from components.infer.shards import EMBEDDINGS_FOLDER
-from components.infer.step import STEP as INFER_STEP
-from components.train.step import STEP as TRAIN_STEP
-from components.train.step import VALIDATION_METRIC
+from components.infer.output import EMBEDDINGS_FOLDER
+from components.infer.output import STEP as INFER_STEP
+from components.train.output import HISTORY_FILE, METRICS_FILE, SPEC_FILE, VALIDATION_METRIC
+from components.train.output import STEP as TRAIN_STEP
 
 log = logging.getLogger("gnnflow.report")
-
-HISTORY_FILE = "metrics.jsonl"
-METRICS_FILE = "metrics.json"
-SPEC_FILE = "model_spec.json"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from components.config import GnnflowConfig
 from components.gnn.build import build_model
 from components.gnn.full_graph.node_task import FullGraphNodeTask
 from components.launcher import WorkerContext
-from components.partition.store import StoredPartition
+from components.partition.output import StoredPartition
 
 log = logging.getLogger("gnnflow.train")
 

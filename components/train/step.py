@@ -3,14 +3,8 @@ DistributedDataParallel, or with ``training.mode: full_graph`` train on the whol
 holding its partition (see :mod:`.full_graph`); rank 0 checkpoints every epoch and writes the
 model and metrics.
 
-Output (published atomically)::
 
-    model.pt            best-validation ``state_dict`` (load with ``weights_only=True``)
-    model_spec.json     what rebuilding the model needs (task, dims, classes, model section)
-    metrics.jsonl       one line per epoch: loss, train/val metrics, seconds, batches/s
-    tensorboard/        the same curves as a TensorBoard event file (see components/train/curves.py)
-    metrics.json        best epoch, validation and test metrics of the best model
-    config.resolved.yaml
+Output layout and names: :mod:`.output`.
 """
 
 from __future__ import annotations
@@ -34,6 +28,7 @@ from components.gnn import interruption
 from components.gnn.build import build_model
 from components.gnn.device import Placement, check_device, worker_placement
 from components.gnn.epoch import FROM_THE_START, EpochStart
+from components.gnn.glt_dataset import node_splits, to_dist_dataset
 from components.gnn.interruption import BatchAgreement
 from components.gnn.link_labels import training_edges
 from components.gnn.link_task import LinkTask
@@ -42,16 +37,13 @@ from components.gnn.node_task import NodeTask
 from components.gnn.sampling import RPC_THREADS, SamplingSetup
 from components.gnn.shared_memory import check_sampling_memory
 from components.launcher import WorkerContext, cluster_from_environment, launch_staged
-from components.partition.dataset import node_splits, to_dist_dataset
-from components.partition.step import STEP as PARTITION_STEP
-from components.partition.store import StoredPartition, read_partition
+from components.partition.output import STEP as PARTITION_STEP
+from components.partition.output import StoredPartition, read_partition
 from components.train import attempts, checkpoint, curves
 from components.train.full_graph import full_graph_setup
+from components.train.output import HISTORY_FILE, METRICS_FILE, MODEL_FILE, SPEC_FILE, STEP, VALIDATION_METRIC
 
 log = logging.getLogger("gnnflow.train")
-
-STEP = "train"
-VALIDATION_METRIC = {"node_classification": "accuracy", "link_prediction": "roc_auc"}
 
 
 @dataclass(frozen=True)
@@ -299,9 +291,9 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
         staging = storage.OutputStaging(output, STEP, generation=job.generation)
         buffer = io.BytesIO()
         torch.save(placement.to_host(model.state_dict()), buffer)
-        staging.write_bytes("model.pt", buffer.getvalue())
+        staging.write_bytes(MODEL_FILE, buffer.getvalue())
         staging.write_json(
-            "model_spec.json",
+            SPEC_FILE,
             {
                 "task_type": schema.task_type,
                 "target": schema.target,
@@ -310,9 +302,9 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
                 "model": config.model.model_dump(mode="json"),
             },
         )
-        staging.write_bytes("metrics.jsonl", "".join(json.dumps(line) + "\n" for line in state.history).encode())
+        staging.write_bytes(HISTORY_FILE, "".join(json.dumps(line) + "\n" for line in state.history).encode())
         curves.stage_curves(staging, state.history)
-        staging.write_json("metrics.json", final)
+        staging.write_json(METRICS_FILE, final)
         staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
         result_entries = dict(staging.entries)
     dist.barrier()

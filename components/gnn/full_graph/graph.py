@@ -17,8 +17,7 @@ import torch
 
 from components.errors import GnnflowError
 from components.gnn.full_graph.plan import DEFAULT_BLOCK_ROWS, AggregationPlan, build_plan
-from components.partition.books import range_offset
-from components.partition.store import StoredPartition
+from components.partition.output import StoredPartition, range_offset
 
 
 def aggregation_edges(edge_index: torch.Tensor, own_ids: torch.Tensor, count: int, edge_assignment: str) -> torch.Tensor:

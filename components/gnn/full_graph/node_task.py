@@ -29,7 +29,7 @@ from components.gnn.full_graph.plan import remote_edge_fraction
 from components.gnn.interruption import BatchAgreement
 from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
 from components.gnn.node_task import EpochResult
-from components.partition.store import StoredPartition
+from components.partition.output import StoredPartition
 from components.schema import SPLIT_CODES
 
 log = logging.getLogger("gnnflow.train")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from components.collectives import all_sum_int, exchange
-from components.partition.books import range_ends, range_owner
+from components.partition.output import range_ends, range_owner
 
 DEFAULT_BLOCK_ROWS = 65_536
 

@@ -8,10 +8,8 @@ from typing import Any
 import torch
 
 from components.gnn.device import CPU_PLACEMENT, Placement
-from components.partition.books import range_ends
-from components.partition.partitioner import stored_edge_types
-from components.partition.store import StoredPartition
-from components.schema import SPLIT_CODES
+from components.partition.output import StoredPartition, range_ends
+from components.schema import SPLIT_CODES, stored_edge_types
 
 
 def edge_type_tuple(name: str) -> tuple[str, str, str]:
@@ -49,7 +47,7 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
     """
     import graphlearn_torch as glt  # imported here: GLT loads CUDA-linked libraries
 
-    from components.partition.glt_books import RangeBook
+    from components.gnn.glt_books import RangeBook
 
     meta = part.metadata
     hetero = meta.schema.is_heterogeneous

@@ -1,0 +1,16 @@
+"""What the ``infer`` step publishes, and the names the report reads it by.
+
+Output (published atomically; workers write into one generation, the launching process
+publishes once all have finished)::
+
+    embeddings/<node type>/part-<rank>.parquet   node_id, embedding[, prediction, probability]
+    metrics.json                                  test metrics recomputed from the shards
+    config.resolved.yaml
+"""
+
+from __future__ import annotations
+
+STEP = "infer"
+MODES = ("sampled", "exact")  # sampled: GLT's neighbour loader; exact: full neighbourhoods, layer by layer
+METRICS_FILE = "metrics.json"
+EMBEDDINGS_FOLDER = "embeddings"

@@ -1,0 +1,23 @@
+"""What the ``partition`` step publishes, and everything later steps read of it: the stored
+partitions (:mod:`.store`) and the range partition books that map ids to partitions
+(:mod:`.books`). Train, infer and the GNN runtime import these from here."""
+
+from __future__ import annotations
+
+from components.partition.books import IdDirectory, hash_owner, range_ends, range_offset, range_owner
+from components.partition.store import StoredPartition, read_metadata, read_original_ids, read_partition
+
+__all__ = [
+    "STEP",
+    "IdDirectory",
+    "StoredPartition",
+    "hash_owner",
+    "range_ends",
+    "range_offset",
+    "range_owner",
+    "read_metadata",
+    "read_original_ids",
+    "read_partition",
+]
+
+STEP = "partition"
