@@ -18,8 +18,8 @@ from typing import Any
 
 from components.config import parse_overrides
 from components.errors import GnnflowError
-from pipelines import kfp_submit, vertex_submit
 from pipelines.arguments import key_value_pairs, parse_set
+from pipelines.backends import backend_for
 from pipelines.run_request import (
     KfpTarget,
     PreparedRun,
@@ -30,7 +30,6 @@ from pipelines.run_request import (
     VertexTarget,
     WaitOptions,
     api_message,
-    check_pipeline_root,
     is_retryable,
     pipeline_package,
     prepare_run,
@@ -60,18 +59,11 @@ _POLL_RETRIES = 5  # transient failures in a row that --wait rides out
 
 def submit(request: RunRequest, target: Target, wait: WaitOptions | None = None) -> SubmittedRun:
     """Validates ``request``, submits one run to ``target`` and, with ``wait``, follows it to its end."""
-    if isinstance(target, KfpTarget) and request.labels:
-        raise GnnflowError("labels are a Vertex AI feature; KFP runs have none (drop --label)")
-    if isinstance(target, VertexTarget) and not target.pipeline_root:
-        raise GnnflowError("Vertex AI needs --pipeline-root (a gs:// folder for the run's artifacts)")
+    backend = backend_for(target)
+    backend.check_run(request)
     prepared = prepare_run(request)
     with pipeline_package(request, prepared.config) as package:
-        if isinstance(target, VertexTarget):
-            if target.check_pipeline_root:
-                check_pipeline_root(target.pipeline_root or "")
-            run = vertex_submit.submit_vertex(target, request, prepared, package)
-        else:
-            run = kfp_submit.submit_kfp(target, request, prepared, package)
+        run = backend.submit(request, prepared, package)
     log.info("submitted %s; parameters data_version=%s overrides=%s", run.name, run.parameters["data_version"], run.parameters["overrides"])
     log.info("follow it at %s", run.url)
     return wait_for(run, target, wait) if wait else run
@@ -79,20 +71,11 @@ def submit(request: RunRequest, target: Target, wait: WaitOptions | None = None)
 
 def wait_for(run: SubmittedRun, target: Target, options: WaitOptions) -> SubmittedRun:
     """Polls until ``run`` ends; an error naming the run unless it succeeded."""
-    if isinstance(target, VertexTarget):
-        client = vertex_submit.pipeline_service(target)
-        done, succeeded = vertex_submit.DONE_STATES, vertex_submit.SUCCEEDED
+    backend = backend_for(target)
+    done, succeeded = backend.done_states, backend.succeeded
 
-        def poll() -> tuple[str, str]:
-            job = client.get_pipeline_job(name=run.name)
-            return job.state.name, job.error.message
-    else:
-        api = kfp_submit.kfp_client(target)
-        done, succeeded = kfp_submit.DONE_STATES, kfp_submit.SUCCEEDED
-
-        def poll() -> tuple[str, str]:
-            got = api.get_run(run.name)
-            return str(got.state), (got.error.message if got.error else "") or ""
+    def poll() -> tuple[str, str]:
+        return backend.poll(run)
 
     start, last, failures = time.monotonic(), None, 0
     while True:
