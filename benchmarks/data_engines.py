@@ -26,8 +26,8 @@ import numpy as np
 import psutil
 import yaml
 
-from components.demo_graph import generate_demo_graph
-from components.starter_config import propose_config
+from components.demo.graph import generate_demo_graph
+from components.tables.proposal import propose_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

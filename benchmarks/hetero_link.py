@@ -1,7 +1,7 @@
 """Heterogeneous link prediction per model type: the pipeline (GLT, 2 workers) vs a single-process
 PyG LinkNeighborLoader loop with the same model, on the papers/authors demo graph; prints markdown.
 
-Graph: `components.hetero_demo_graph` with --papers papers and --authors authors (3 citations per
+Graph: `components.demo.hetero_graph` with --papers papers and --authors authors (3 citations per
 paper, 2-6 papers per author: about 1M edges at the defaults), `writes` undirected; task: link
 prediction on author-writes-paper ("which papers will this author write"), split 85/5/10.
 Preprocess, serialize and partition run once (untimed). Then for each model type:
@@ -140,7 +140,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from components import storage
-    from components.hetero_demo_graph import generate_hetero_demo_graph, write_hetero_demo_graph
+    from components.demo.hetero_graph import generate_hetero_demo_graph, write_hetero_demo_graph
     from components.infer.step import infer
     from components.partition.step import partition
     from components.preprocess.step import preprocess

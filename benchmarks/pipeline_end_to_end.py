@@ -26,10 +26,10 @@ import psutil
 
 from components import storage
 from components.config import apply_overrides
-from components.demo_graph import generate_demo_graph, write_demo_graph
-from components.runlog import configure
+from components.demo.graph import generate_demo_graph, write_demo_graph
+from components.runtime.runlog import configure
 from components.serialize.output import read_graph_metadata
-from components.starter_config import propose_config
+from components.tables.proposal import propose_config
 from pipelines.local_run import RunOutputs, plan
 
 NODES = 169_343

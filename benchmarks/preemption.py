@@ -32,7 +32,7 @@ import yaml
 
 from components import storage
 from components.config import GnnflowConfig
-from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.partition.step import partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize

@@ -106,7 +106,7 @@ def main() -> None:
     from benchmarks.synthetic_graph import make_graph, write_serialized
     from benchmarks.train_throughput import make_config
     from components.config import PartitionSpec
-    from components.launcher import launch
+    from components.runtime.launcher import launch
     from components.partition.step import partition
 
     logging.basicConfig(level=logging.WARNING)

@@ -38,7 +38,7 @@ import yaml
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.data_engines import write_tables  # noqa: E402
-from components.starter_config import propose_config  # noqa: E402
+from components.tables.proposal import propose_config  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SPLIT_FRACTIONS = {"train": 0.05, "val": 0.01, "test": 0.01}

@@ -304,7 +304,7 @@ def main() -> None:
         del graph
 
         if args.profile:
-            from components.launcher import launch
+            from components.runtime.launcher import launch
 
             for w in args.profile:
                 for threads in args.profile_rpc_threads:

@@ -30,11 +30,11 @@ import psutil
 
 from components import storage
 from components.config import GnnflowConfig
-from components.demo_graph import generate_demo_graph, write_demo_graph
-from components.launcher import WorkerFailed
+from components.demo.graph import generate_demo_graph, write_demo_graph
+from components.runtime.launcher import WorkerFailed
 from components.partition.step import partition
 from components.preprocess.step import preprocess
-from components.runlog import configure
+from components.runtime.runlog import configure
 from components.serialize.step import serialize
 from components.train.step import train
 

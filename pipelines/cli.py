@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from components import storage
-from components.entrypoint import run_cli
 from components.errors import GnnflowError
+from components.runtime.entrypoint import run_cli
 from pipelines import compile as compile_command
 from pipelines import schedule as schedule_command
 from pipelines import submit as submit_command
@@ -19,7 +19,7 @@ STEPS = ("preprocess", "serialize", "partition", "train", "infer", "report")
 
 
 def _init_config(args: argparse.Namespace) -> None:
-    from components.starter_config import propose_config, render
+    from components.tables.proposal import propose_config, render
 
     config = propose_config(
         args.nodes,

@@ -25,7 +25,7 @@ from components.config import GnnflowConfig, load_config, resolve_config
 from components.errors import GnnflowError
 from components.infer.layerwise import check_exact_config
 from components.infer.output import MODES
-from components.tables import tables_fingerprint
+from components.tables.reading import tables_fingerprint
 from pipelines.local_run import metric_lines
 
 log = logging.getLogger("gnnflow.kfp_local")

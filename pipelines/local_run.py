@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from components import storage
 from components.config import GnnflowConfig, apply_overrides, load_config
-from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
 from components.infer.layerwise import check_exact_config
 from components.infer.step import infer
@@ -27,8 +27,8 @@ from components.partition.step import partition
 from components.preprocess.step import preprocess
 from components.report.step import report
 from components.serialize.step import serialize
-from components.starter_config import propose_config, render
-from components.tables import tables_fingerprint
+from components.tables.proposal import propose_config, render
+from components.tables.reading import tables_fingerprint
 from components.train.step import train
 
 log = logging.getLogger("gnnflow.run")

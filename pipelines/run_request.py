@@ -34,7 +34,7 @@ from components import storage
 from components.config import EdgeTableSpec, GnnflowConfig, NodeTableSpec, load_config, resolve_config
 from components.errors import GnnflowError
 from components.storage import gcs as gcs_backend
-from components.tables import tables_fingerprint
+from components.tables.reading import tables_fingerprint
 
 log = logging.getLogger("gnnflow.submit")
 
@@ -223,7 +223,7 @@ def check_package(path: str, config: GnnflowConfig | None = None) -> None:
         raise GnnflowError(f"pipeline package {path} lacks the parameter(s) {', '.join(missing)}: is it gnnflow's pipeline?")
     compiled = spec["root"].get("dag", {}).get("tasks", {}).get("train", {}).get("inputs", {}).get("parameters", {}).get("replicas")
     if config is not None and compiled is not None:  # the same check the steps make, before anything is sent
-        from components.pipeline_task import check_compiled_layout
+        from components.runtime.pipeline_task import check_compiled_layout
 
         try:
             check_compiled_layout("train", config, int(compiled["runtimeValue"]["constant"]))

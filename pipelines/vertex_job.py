@@ -6,7 +6,7 @@ it on the run's graph with a link, cancels it with the run, and records the step
 as for any task. Every replica runs the step's own component (its KFP executor, which calls
 the step's function), so a replica resolves the run's config and overrides itself from the
 task's inputs, learns its place from Vertex AI's ``CLUSTER_SPEC`` in
-:mod:`components.launcher`, and only the chief (``workerpool0``) publishes the output and
+:mod:`components.runtime.launcher`, and only the chief (``workerpool0``) publishes the output and
 writes the task's executor output (KFP's executor skips that write on the other pools).
 
 Layout: ``create_custom_training_job_from_component(replica_count=N)`` gives pool 0 one

@@ -10,7 +10,7 @@ from components.gnn.full_graph.encoder import encode, uses_gcn
 from components.gnn.full_graph.graph import aggregation_edges, build_full_graph
 from components.gnn.full_graph.node_task import all_reduce_gradients
 from components.gnn.model import NodeClassifier, NodeInput, build_encoder
-from components.launcher import WorkerContext
+from components.runtime.launcher import WorkerContext
 from components.partition.output import range_ends, range_owner
 
 EDGE_TYPE = ("node", "to", "node")

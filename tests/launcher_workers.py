@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from components.launcher import WorkerContext, launch
+from components.runtime.launcher import WorkerContext, launch
 
 
 def _write_facts(record: str, rank: int, facts: dict[str, object]) -> None:

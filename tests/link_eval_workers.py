@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from components.infer.link_eval import link_metrics, own_embeddings
-from components.launcher import WorkerContext
+from components.runtime.launcher import WorkerContext
 from components.gnn.model import LinkPredictor
 
 

@@ -6,7 +6,7 @@ import torch
 
 from components import storage
 from components.gnn.link_labels import training_edges
-from components.launcher import WorkerContext
+from components.runtime.launcher import WorkerContext
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import read_original_ids, read_partition
 from components.schema import SPLIT_CODES

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from components import storage
-from components.launcher import WorkerContext
+from components.runtime.launcher import WorkerContext
 from components.gnn.glt_dataset import to_dist_dataset
 from components.partition.output import read_partition
 

@@ -7,7 +7,7 @@ import torch
 
 from components.config import RetrievalSpec
 from components.infer.retrieval import OwnNodes, build_index, search_everywhere
-from components.launcher import WorkerContext
+from components.runtime.launcher import WorkerContext
 
 
 def search_own_share(ctx: WorkerContext, z: torch.Tensor, k: int, spec: RetrievalSpec, exact: bool) -> dict:

@@ -6,7 +6,7 @@ import torch
 
 from components import storage
 from components.config import TrainingSpec
-from components.launcher import WorkerContext
+from components.runtime.launcher import WorkerContext
 from components.gnn.glt_dataset import to_dist_dataset
 from components.partition.output import read_partition
 

@@ -11,7 +11,7 @@ import yaml
 
 from components import storage
 from components.config import GnnflowConfig, parse_config
-from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.partition.output import hash_owner
 from components.partition.step import partition
 from components.partition.output import read_partition

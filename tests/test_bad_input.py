@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from components import storage
-from components.entrypoint import run_cli
+from components.runtime.entrypoint import run_cli
 from components.preprocess.__main__ import main as preprocess_main
 from components.serialize.__main__ import main as serialize_main
 from tests.tiny_graph import EDGES_CSV, NODES_CSV, config_dict, write_tiny_graph

@@ -10,8 +10,8 @@ import yaml
 
 from components.config import GnnflowConfig, PreprocessSpec, SplitSpec, TrainingSpec, load_config, parse_config
 from components.errors import GnnflowError
-from components.starter_config import count_training_rows, propose_config, rows_keeping_defaults, size_epochs
-from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.tables.proposal import count_training_rows, propose_config, rows_keeping_defaults, size_epochs
+from components.demo.graph import generate_demo_graph, write_demo_graph
 
 MINIMAL = "graph:\n  nodes: [{uri: n.csv, label_column: y}]\n  edges: [{uri: e.csv}]\n"
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import pipeline_task, storage
+from components import storage
+from components.runtime import pipeline_task
 from components.config import apply_overrides, load_config, parse_config
 from components.errors import GnnflowError
 from pipelines.cli import main as gnnflow

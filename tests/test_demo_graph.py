@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.demo_graph import (
+from components.demo.graph import (
     EDGES_FILE,
     NODES_FILE,
     DemoGraph,

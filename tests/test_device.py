@@ -22,7 +22,7 @@ from components.gnn.device import (
     resolve_placement,
     worker_placement,
 )
-from components.launcher import WorkerContext, WorkerFailed, launch
+from components.runtime.launcher import WorkerContext, WorkerFailed, launch
 
 NO_GPU = CudaProbe(available=False, device_count=0)
 TWO_GPUS = CudaProbe(available=True, device_count=2, visible_devices="2,3")

@@ -13,7 +13,7 @@ import yaml
 
 from components.config import parse_config
 from components.gnn.distinct_sampling import draw_distinct
-from components.launcher import launch
+from components.runtime.launcher import launch
 from components.partition.step import partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize

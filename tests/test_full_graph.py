@@ -23,7 +23,7 @@ from components.config import GnnflowConfig, ModelSpec, parse_config
 from components.errors import GnnflowError
 from components.infer.restore import restore_model
 from components.infer.step import infer
-from components.launcher import launch
+from components.runtime.launcher import launch
 from components.partition.step import partition
 from components.partition.output import read_metadata, read_original_ids, read_partition
 from components.preprocess.step import preprocess

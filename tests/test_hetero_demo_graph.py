@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.hetero_demo_graph import (
+from components.demo.hetero_graph import (
     AUTHORS_FILE,
     CITES_FILE,
     FIELDS,

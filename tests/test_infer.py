@@ -16,21 +16,21 @@ import torch
 
 from components import storage
 from components.config import GnnflowConfig
-from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
-from components.hetero_demo_graph import generate_hetero_demo_graph, write_hetero_demo_graph
+from components.demo.hetero_graph import generate_hetero_demo_graph, write_hetero_demo_graph
 from components.infer.__main__ import main as infer_main
 from components.infer.layerwise import aggregation_edges
 from components.infer.restore import restore_model
 from components.infer.sampled import sampling_types
 from components.infer.step import infer
-from components.launcher import WorkerContext, launch
+from components.runtime.launcher import WorkerContext, launch
 from components.partition.output import hash_owner
 from components.partition.step import partition
 from components.partition.output import METADATA_FILE, PartitionMetadata, read_metadata, read_original_ids, read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
-from components.starter_config import propose_config
+from components.tables.proposal import propose_config
 from components.train.step import train
 from tests.link_eval_workers import score_test_edges
 

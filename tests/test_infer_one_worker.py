@@ -10,12 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from components.config import apply_overrides
-from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.infer.step import infer
 from components.partition.step import partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
-from components.starter_config import propose_config
+from components.tables.proposal import propose_config
 from components.train.step import train
 
 NUM_NODES = 300

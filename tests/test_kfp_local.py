@@ -10,10 +10,10 @@ import pytest
 
 from components import storage
 from components.config import GnnflowConfig, apply_overrides
-from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
 from components.preprocess.component import build_component as preprocess_component
-from components.starter_config import propose_config
+from components.tables.proposal import propose_config
 from pipelines.kfp_local import run_from_cli, run_via_kfp_local
 from pipelines.local_run import DEMO_NODES as BUNDLED_DEMO_NODES
 

@@ -16,7 +16,7 @@ import pytest
 
 from components.config.resources import WorkerTimeouts
 from components.errors import GnnflowError
-from components.launcher import ClusterSpec, WorkerFailed, cluster_from_environment, launch
+from components.runtime.launcher import ClusterSpec, WorkerFailed, cluster_from_environment, launch
 from tests.launcher_workers import all_reduce_rank, fail_or_wait, glt_rpc_round
 
 LOCAL: dict[str, str] = {}  # an environment with no cluster variables: a local run

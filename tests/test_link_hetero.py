@@ -20,7 +20,7 @@ from components.gnn.link_labels import target_edge_names, training_edges
 from components.gnn.link_task import in_batch_negatives
 from components.infer.retrieval_metrics import candidate_ranks
 from components.infer.step import infer
-from components.launcher import launch
+from components.runtime.launcher import launch
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.step import partition
 from components.partition.output import read_original_ids, read_partition

@@ -13,10 +13,10 @@ import yaml
 
 from components import storage
 from components.config import apply_overrides
-from components.demo_graph import generate_demo_graph, write_demo_graph
+from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
-from components.starter_config import propose_config
+from components.tables.proposal import propose_config
 from pipelines.cli import main as gnnflow
 from pipelines.local_job.spec import custom_job_tasks, read_job_task
 from pipelines.local_run import run as gnnflow_run

@@ -20,7 +20,7 @@ import torch
 from components import storage
 from components.config import PartitionSpec, load_config
 from components.errors import GnnflowError
-from components.launcher import launch
+from components.runtime.launcher import launch
 from components.partition.loading import assign_shards, load_graph
 from components.partition.step import partition
 from components.partition.output import read_metadata, read_partition

@@ -13,7 +13,7 @@ import yaml
 from components import storage
 from components.config import SplitSpec, load_config
 from components.preprocess.step import load_fitted_state, preprocess
-from components.transforms import encode_splits
+from components.tables.transforms import encode_splits
 from tests.tiny_graph import EDGES_CSV, NODES_CSV, config_dict, write_tiny_graph
 
 

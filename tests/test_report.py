@@ -16,8 +16,8 @@ import torch
 
 from components import storage
 from components.config import GnnflowConfig, apply_overrides
-from components.demo_graph import generate_demo_graph, write_demo_graph
-from components.entrypoint import run_cli
+from components.demo.graph import generate_demo_graph, write_demo_graph
+from components.runtime.entrypoint import run_cli
 from components.errors import GnnflowError
 from components.infer import shards
 from components.infer.outputs import NodeOutputs
@@ -30,7 +30,7 @@ from components.report.projection import pca_2d
 from components.report.sample import sample_embeddings
 from components.report.step import PROJECTION_LIMIT, report
 from components.serialize.step import serialize
-from components.starter_config import propose_config
+from components.tables.proposal import propose_config
 from components.train.step import train
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -10,7 +10,7 @@ import torch
 
 from components.config import RetrievalSpec
 from components.infer.retrieval_metrics import candidate_ranks
-from components.launcher import launch
+from components.runtime.launcher import launch
 from tests.retrieval_workers import search_own_share
 
 

@@ -8,7 +8,7 @@ import sys
 
 from tqdm import tqdm
 
-from components.runlog import LoggedProgress, progress
+from components.runtime.runlog import LoggedProgress, progress
 
 
 class _Terminal(io.StringIO):

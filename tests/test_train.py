@@ -17,7 +17,7 @@ import torch
 
 from components import storage
 from components.errors import GnnflowError
-from components.launcher import WorkerFailed
+from components.runtime.launcher import WorkerFailed
 from components.partition.step import partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize

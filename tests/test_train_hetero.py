@@ -18,7 +18,7 @@ import pytest
 
 from components import storage
 from components.config import GnnflowConfig
-from components.hetero_demo_graph import generate_hetero_demo_graph, write_hetero_demo_graph
+from components.demo.hetero_graph import generate_hetero_demo_graph, write_hetero_demo_graph
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.step import partition
 from components.preprocess.step import preprocess

@@ -15,10 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from components import watchdog
+from components.runtime import watchdog
 from components.config import GnnflowConfig
 from components.config.resources import WorkerTimeouts
-from components.launcher import WorkerFailed, launch
+from components.runtime.launcher import WorkerFailed, launch
 from tests.test_launcher import LOCAL, _children, _new_shm_files, _sysv_segments
 from tests.watchdog_workers import all_reduce_forever, late_peer
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from components import watchdog
-from components.launcher import WorkerContext
+from components.runtime import watchdog
+from components.runtime.launcher import WorkerContext
 from tests.launcher_workers import _write_facts
 
 

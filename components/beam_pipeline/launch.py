@@ -18,7 +18,7 @@ from typing import Any
 from components.beam_pipeline.options import pipeline_options
 from components.config import BeamSpec
 from components.errors import GnnflowError
-from components.runlog import timed
+from components.runtime.runlog import timed
 
 log = logging.getLogger("gnnflow.beam")
 

@@ -9,7 +9,7 @@ only read it. On the CPU it is exactly the setting gnnflow always used (gloo, GL
 
 On CUDA the default process group is ``cpu:gloo,cuda:nccl``: DDP's gradient all-reduce on GPU
 tensors goes over nccl, while everything the steps reduce on host tensors (metrics, the
-collectives of ``components/collectives.py``, object broadcasts, barriers) keeps going over gloo
+collectives of ``components/runtime/collectives.py``, object broadcasts, barriers) keeps going over gloo
 in the same group. NCCL refuses two ranks on one GPU, so where a machine runs more workers than
 it has GPUs the group is gloo alone (gloo all-reduces GPU tensors too, through the host). GLT's
 RPC is torch RPC (TensorPipe) and needs no process group either way.
@@ -30,7 +30,7 @@ from components.config.steps import GPU_SAMPLER_LIMITS
 from components.errors import GnnflowError
 
 if TYPE_CHECKING:
-    from components.launcher import WorkerContext
+    from components.runtime.launcher import WorkerContext
 
 log = logging.getLogger("gnnflow.device")
 

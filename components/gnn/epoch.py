@@ -13,9 +13,9 @@ from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
-from components import watchdog
 from components.gnn.interruption import BatchAgreement, restore_rng_states
 from components.gnn.sampling import resumed_iterator
+from components.runtime import watchdog
 
 
 @dataclass(frozen=True)

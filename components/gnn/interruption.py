@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.join import Joinable, JoinHook
 
-from components.collectives import gather_to_rank_zero
 from components.errors import GnnflowError
+from components.runtime.collectives import gather_to_rank_zero
 
 # sysexits' EX_TEMPFAIL: a temporary failure, to be retried. Vertex and schedulers see "preempted,
 # run me again"; the rerun resumes from the checkpoint written on the way out.

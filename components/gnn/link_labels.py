@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from components.collectives import exchange
 from components.partition.output import StoredPartition, range_ends, range_owner
+from components.runtime.collectives import exchange
 from components.schema import SPLIT_CODES, GraphSchema
 
 HELD_OUT = (SPLIT_CODES["val"], SPLIT_CODES["test"])

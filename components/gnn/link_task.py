@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from components import watchdog
 from components.config import GnnflowConfig
 from components.gnn.build import reverse_edge_type, target_edge_type
 from components.gnn.epoch import FROM_THE_START, EpochStart, trained_batches
@@ -23,7 +22,8 @@ from components.gnn.metrics import AUC_BINS, all_sum, histogram_auc, score_histo
 from components.gnn.node_task import EpochResult
 from components.gnn.sampling import RemoteCounter, SamplingSetup, link_loader
 from components.partition.output import StoredPartition
-from components.runlog import progress
+from components.runtime import watchdog
+from components.runtime.runlog import progress
 
 
 def in_batch_negatives(pairs: torch.Tensor, label: torch.Tensor, rolls: int) -> tuple[torch.Tensor, torch.Tensor]:

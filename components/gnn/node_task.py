@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from components import watchdog
 from components.config import GnnflowConfig
 from components.gnn.epoch import FROM_THE_START, EpochStart, trained_batches
 from components.gnn.glt_dataset import NodeSplits
@@ -18,7 +17,8 @@ from components.gnn.interruption import BatchAgreement
 from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
 from components.gnn.sampling import RemoteCounter, SamplingSetup, node_loader
 from components.partition.output import StoredPartition
-from components.runlog import progress
+from components.runtime import watchdog
+from components.runtime.runlog import progress
 
 
 @dataclass

@@ -10,7 +10,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from components import watchdog
 from components.config import GnnflowConfig, TrainingSpec
 from components.gnn import distinct_sampling, glt_compat
 from components.gnn.build import forward_edge_name, uses_edge_features
@@ -18,7 +17,8 @@ from components.gnn.device import CPU_PLACEMENT, Placement
 from components.gnn.glt_dataset import edge_type_tuple
 from components.gnn.model import EdgeType
 from components.gnn.shared_memory import CHANNEL_BYTES
-from components.launcher import WorkerContext
+from components.runtime import watchdog
+from components.runtime.launcher import WorkerContext
 from components.schema import GraphSchema, stored_edge_types
 
 # GLT serves remote sampling requests on its RPC threads, and its samplers draw from one random

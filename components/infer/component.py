@@ -21,8 +21,8 @@ def infer(
     ``replicas``: 0 when the workers run inside this task; N when this function runs on each of
     the N replicas of a Vertex AI CustomJob (``resources.runner: vertex``, fixed at compile time).
     """
-    from components import pipeline_task
     from components.infer.step import infer as run_step
+    from components.runtime import pipeline_task
 
     with pipeline_task.running("infer", config, overrides, replicas) as resolved:
         parts, trained = pipeline_task.artifact_uri(partitions), pipeline_task.artifact_uri(model)

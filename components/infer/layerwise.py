@@ -25,7 +25,7 @@ from components.gnn.full_graph.plan import DEFAULT_BLOCK_ROWS
 from components.infer.outputs import NodeOutputs, class_probabilities
 from components.infer.restore import RestoredModel
 from components.partition.output import StoredPartition
-from components.runlog import rate
+from components.runtime.runlog import rate
 
 __all__ = ["aggregation_edges", "check_encoder", "check_exact_config", "exact_outputs"]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from components.collectives import all_max_int, request
 from components.gnn.metrics import AUC_BINS, all_sum, histogram_auc, score_histogram
 from components.partition.output import IdDirectory, hash_owner, range_ends, range_owner
+from components.runtime.collectives import all_max_int, request
 
 RANKING_NEGATIVES = 100  # random destinations ranked against each positive (MRR, hits@10)
 SCORE_CHUNK = 1024  # positives scored per round: bounds the (chunk * negatives, hidden) rows fetched

@@ -25,11 +25,11 @@ import pyarrow.parquet as pq
 import torch
 
 from components import storage
-from components.collectives import all_max_int, all_sum_int, exchange, request_strings
 from components.config import RetrievalSpec
 from components.gnn.metrics import all_gather_cat
 from components.partition.output import hash_owner, range_ends, range_owner
-from components.runlog import rate
+from components.runtime.collectives import all_max_int, all_sum_int, exchange, request_strings
+from components.runtime.runlog import rate
 
 log = logging.getLogger("gnnflow.infer")
 logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # which CPU build it tried first is no news to a user

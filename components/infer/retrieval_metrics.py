@@ -14,11 +14,11 @@ import pyarrow as pa
 import torch
 
 from components import storage
-from components.collectives import exchange, request_strings
 from components.gnn.metrics import all_sum
 from components.infer.retrieval import CANDIDATES_DIR
 from components.infer.shards import read_shard
 from components.partition.output import range_ends, range_owner
+from components.runtime.collectives import exchange, request_strings
 
 
 def candidate_ranks(candidates: pd.DataFrame, sources: np.ndarray, destinations: np.ndarray) -> np.ndarray:

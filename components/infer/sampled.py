@@ -10,13 +10,13 @@ from collections.abc import Iterable
 
 import torch
 
-from components import watchdog
 from components.gnn.glt_dataset import edge_type_tuple
 from components.gnn.sampling import SamplingSetup, node_loader
 from components.infer.outputs import NodeOutputs, class_probabilities, concat_outputs
 from components.infer.restore import RestoredModel
 from components.partition.output import StoredPartition
-from components.runlog import rate
+from components.runtime import watchdog
+from components.runtime.runlog import rate
 from components.schema import stored_edge_types
 
 log = logging.getLogger("gnnflow.infer")

@@ -24,7 +24,7 @@ import pyarrow as pa
 import torch
 import torch.distributed as dist
 
-from components import storage, watchdog
+from components import storage
 from components.config import GnnflowConfig
 from components.errors import GnnflowError
 from components.gnn.device import Placement, check_device, worker_placement
@@ -41,9 +41,10 @@ from components.infer.restore import RestoredModel, model_config, restore_model
 from components.infer.retrieval import OwnNodes, write_retrieval
 from components.infer.retrieval_metrics import retrieval_metrics
 from components.infer.shards import embedding_matrix
-from components.launcher import WorkerContext, launch_staged
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_metadata, read_original_ids, read_partition
+from components.runtime import watchdog
+from components.runtime.launcher import WorkerContext, launch_staged
 from components.train.output import STEP as TRAIN_STEP
 
 log = logging.getLogger("gnnflow.infer")

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 from components import storage
 from components.config import PartitionSpec
+from components.config.arguments import add_config_arguments, config_from_arguments
 from components.config.resources import WorkerTimeouts
-from components.config_source import add_config_arguments, config_from_arguments
-from components.entrypoint import run_cli
 from components.partition.step import partition
+from components.runtime.entrypoint import run_cli
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

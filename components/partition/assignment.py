@@ -25,9 +25,9 @@ import logging
 import torch
 import torch.distributed as dist
 
-from components.collectives import all_sum_int, exchange, request
 from components.partition.books import hash_owner
 from components.partition.loading import LoadedGraph
+from components.runtime.collectives import all_sum_int, exchange, request
 from components.schema import GraphSchema
 
 log = logging.getLogger("gnnflow.partition")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from components.collectives import exchange, request
+from components.runtime.collectives import exchange, request
 
 _DIRECTORY_SALT = 0x5EED_D1EC
 

@@ -11,8 +11,8 @@ def partition(config: str, overrides: str, replicas: int, tfrecords: Input[Datas
     ``replicas``: 0 when the workers run inside this task; N when this function runs on each of
     the N replicas of a Vertex AI CustomJob (``resources.runner: vertex``, fixed at compile time).
     """
-    from components import pipeline_task
     from components.partition.step import partition as run_step
+    from components.runtime import pipeline_task
 
     with pipeline_task.running("partition", config, overrides, replicas) as resolved:
         source, output = pipeline_task.artifact_uri(tfrecords), pipeline_task.artifact_uri(partitions)

@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 import torch
 
 from components import storage
-from components.collectives import all_sum_int, exchange, exchange_strings
 from components.errors import GnnflowError
 from components.partition.books import range_ends, range_owner
 from components.partition.partitioner import GraphPartition
 from components.partition.store import original_ids_path
+from components.runtime.collectives import all_sum_int, exchange, exchange_strings
 from components.schema import GraphSchema
 
 

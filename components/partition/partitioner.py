@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from components.collectives import all_gather_int, all_sum_int, exchange
 from components.config import PartitionSpec
 from components.errors import GnnflowError
 from components.partition.assignment import hash_assignment, propagated_assignment
 from components.partition.books import IdDirectory, range_ends, range_offset, range_owner
 from components.partition.loading import LoadedGraph
+from components.runtime.collectives import all_gather_int, all_sum_int, exchange
 from components.schema import GraphSchema
 
 

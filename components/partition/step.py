@@ -15,15 +15,16 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from components import storage, watchdog
+from components import storage
 from components.config import PartitionSpec
 from components.config.resources import DEFAULT_TIMEOUTS, WorkerTimeouts
-from components.launcher import WorkerContext, launch_staged
 from components.partition.loading import load_graph
 from components.partition.original_ids import write_original_ids
 from components.partition.output import STEP
 from components.partition.partitioner import label_edge_types, partition_graph
 from components.partition.store import METADATA_FILE, PartitionMetadata, part_folder, write_partition
+from components.runtime import watchdog
+from components.runtime.launcher import WorkerContext, launch_staged
 from components.schema import stored_edge_types
 from components.serialize.output import STEP as SERIALIZE_STEP
 from components.serialize.output import read_graph_metadata

@@ -39,7 +39,7 @@ from components.preprocess.output import publish_preprocessed
 from components.preprocess.parts import part_path
 from components.preprocess.splits import edge_split, node_split
 from components.schema import SPLIT_CODES
-from components.transforms import FittedFeatures
+from components.tables.transforms import FittedFeatures
 
 log = logging.getLogger("gnnflow.preprocess")
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from components import storage, tables
+from components import storage
 from components.beam_pipeline import Problem
 from components.config import EdgeTableSpec, GnnflowConfig, NodeTableSpec
 from components.errors import GnnflowError
@@ -43,7 +43,8 @@ from components.preprocess.output import STEP
 from components.preprocess.parts import write_part
 from components.preprocess.splits import edge_split, node_split
 from components.schema import SPLIT_CODES
-from components.transforms import FeatureFitter, FittedFeatures, PerFileFitters, fit_label_vocabulary, label_values
+from components.tables import reading as tables
+from components.tables.transforms import FeatureFitter, FittedFeatures, PerFileFitters, fit_label_vocabulary, label_values
 
 # Problem order, as the one-process engine meets errors: node tables one by one (scan, empty,
 # duplicates), then writing every node table, then edge tables one by one (fit, write, empty).

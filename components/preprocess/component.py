@@ -13,8 +13,8 @@ def preprocess(config: str, overrides: str, data_version: str, image: str, prepr
     runner dataflow, this task launches a Dataflow job whose workers run ``image``, waits for it,
     and cancels it when the task is stopped.
     """
-    from components import pipeline_task
     from components.preprocess.step import preprocess as run_step
+    from components.runtime import pipeline_task
 
     with pipeline_task.running("preprocess", config, overrides) as resolved:
         pipeline_task.log.info("preprocess: input tables at data version %s", data_version or "(not given)")

@@ -9,14 +9,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from components import tables
 from components.config import EdgeTableSpec, PreprocessSpec, SplitSpec
 from components.errors import GnnflowError
 from components.preprocess.nodes import TableSource, count_splits, empty_table_error, open_table
 from components.preprocess.parts import PartWriter
-from components.runlog import progress, rate, timed
+from components.runtime.runlog import progress, rate, timed
 from components.schema import SPLIT_CODES, EdgeTypeSchema
-from components.transforms import FittedFeatures, PerFileFitters, encode_features, encode_splits
+from components.tables import reading as tables
+from components.tables.transforms import FittedFeatures, PerFileFitters, encode_features, encode_splits
 
 log = logging.getLogger("gnnflow.preprocess")
 

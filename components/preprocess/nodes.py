@@ -15,13 +15,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from components import storage, tables
+from components import storage
 from components.config import NodeTableSpec, PreprocessSpec, SplitSpec
 from components.errors import GnnflowError
 from components.preprocess.parts import PartWriter
-from components.runlog import progress, rate, timed
+from components.runtime.runlog import progress, rate, timed
 from components.schema import NO_LABEL, SPLIT_CODES, NodeTypeSchema
-from components.transforms import (
+from components.tables import reading as tables
+from components.tables.transforms import (
     FittedFeatures,
     PerFileFitters,
     column_type,

@@ -18,7 +18,7 @@ import logging
 from components import storage
 from components.config import GnnflowConfig
 from components.schema import EdgeTypeSchema, GraphSchema, NodeTypeSchema
-from components.transforms import FittedFeatures
+from components.tables.transforms import FittedFeatures
 
 log = logging.getLogger("gnnflow.preprocess")
 

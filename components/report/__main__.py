@@ -10,9 +10,9 @@ import argparse
 from collections.abc import Sequence
 
 from components import storage
-from components.config_source import add_config_arguments, required_config
-from components.entrypoint import run_cli
+from components.config.arguments import add_config_arguments, required_config
 from components.report.step import report
+from components.runtime.entrypoint import run_cli
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -17,9 +17,10 @@ def report(
 ) -> None:
     """Publishes the report into ``report``; logs its final metrics on ``metrics`` and copies
     report.html (self-contained: plots embedded) to ``html``."""
-    from components import pipeline_task, storage
+    from components import storage
     from components.report.step import PAGE_FILE
     from components.report.step import report as run_step
+    from components.runtime import pipeline_task
 
     with pipeline_task.running("report", config, overrides) as resolved:
         published = run_step(

@@ -6,8 +6,8 @@ import argparse
 from collections.abc import Sequence
 
 from components import storage
-from components.config_source import add_config_arguments, config_from_arguments
-from components.entrypoint import run_cli
+from components.config.arguments import add_config_arguments, config_from_arguments
+from components.runtime.entrypoint import run_cli
 from components.serialize.step import serialize
 
 

@@ -8,7 +8,7 @@ from kfp.dsl.python_component import PythonComponent
 def serialize(config: str, overrides: str, image: str, preprocessed: Input[Dataset], tfrecords: Output[Dataset]) -> None:
     """Writes ``preprocessed`` as TFRecord shards and graph_metadata.json into ``tfrecords``
     (on Beam workers running ``image`` with ``preprocess.engine: beam``)."""
-    from components import pipeline_task
+    from components.runtime import pipeline_task
     from components.serialize.step import serialize as run_step
 
     with pipeline_task.running("serialize", config, overrides) as resolved:

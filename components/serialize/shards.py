@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from components import storage
 from components.config import SerializeSpec
-from components.runlog import progress
+from components.runtime.runlog import progress
 from components.schema import GraphSchema
 from components.tfrecord import encode_examples
 

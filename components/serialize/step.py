@@ -11,7 +11,7 @@ from components import storage
 from components.config import GnnflowConfig, SerializeSpec
 from components.preprocess.output import STEP as PREPROCESS_STEP
 from components.preprocess.output import read_graph_schema
-from components.runlog import rate, timed
+from components.runtime.runlog import rate, timed
 from components.schema import GraphSchema
 from components.serialize.output import METADATA_FILE, STEP, read_graph_metadata
 from components.serialize.shards import TypeShards, iter_part_batches, plan_shards, write_shards

@@ -10,8 +10,8 @@ import argparse
 from collections.abc import Sequence
 
 from components import storage
-from components.config_source import add_config_arguments, required_config
-from components.entrypoint import run_cli
+from components.config.arguments import add_config_arguments, required_config
+from components.runtime.entrypoint import run_cli
 from components.train.step import train
 
 

@@ -11,7 +11,7 @@ def train(config: str, overrides: str, replicas: int, partitions: Input[Dataset]
     ``replicas``: 0 when the trainers run inside this task; N when this function runs on each of
     the N replicas of a Vertex AI CustomJob (``resources.runner: vertex``, fixed at compile time).
     """
-    from components import pipeline_task
+    from components.runtime import pipeline_task
     from components.train.step import train as run_step
 
     with pipeline_task.running("train", config, overrides, replicas) as resolved:

@@ -14,8 +14,8 @@ from torch import nn
 from components.config import GnnflowConfig
 from components.gnn.build import build_model
 from components.gnn.full_graph.node_task import FullGraphNodeTask
-from components.launcher import WorkerContext
 from components.partition.output import StoredPartition
+from components.runtime.launcher import WorkerContext
 
 log = logging.getLogger("gnnflow.train")
 

@@ -21,8 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from components import storage, watchdog
-from components.collectives import gather_to_rank_zero
+from components import storage
 from components.config import GnnflowConfig
 from components.gnn import interruption
 from components.gnn.build import build_model
@@ -36,9 +35,11 @@ from components.gnn.model import HomogeneousGCN, HomogeneousSAGE
 from components.gnn.node_task import NodeTask
 from components.gnn.sampling import RPC_THREADS, SamplingSetup
 from components.gnn.shared_memory import check_sampling_memory
-from components.launcher import WorkerContext, cluster_from_environment, launch_staged
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_partition
+from components.runtime import watchdog
+from components.runtime.collectives import gather_to_rank_zero
+from components.runtime.launcher import WorkerContext, cluster_from_environment, launch_staged
 from components.train import attempts, checkpoint, curves
 from components.train.full_graph import full_graph_setup
 from components.train.output import HISTORY_FILE, METRICS_FILE, MODEL_FILE, SPEC_FILE, STEP, VALIDATION_METRIC

@@ -22,9 +22,10 @@ from typing import Any
 
 import yaml
 
-from components import pipeline_task, storage
+from components import storage
 from components.config import load_config, resolve_config
 from components.errors import GnnflowError
+from components.runtime import pipeline_task
 from pipelines.arguments import key_value_pairs, parse_set
 from pipelines.local_job.replicas import ContainerReplicas, ProcessReplicas, Replica, Runtime, run_replicas, vertex_environment
 from pipelines.local_job.spec import JobTask, executor_input, read_job_task, replica_argv

@@ -15,7 +15,7 @@ import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from components.errors import GnnflowError
-from components.runlog import configure
+from components.runtime.runlog import configure
 from pipelines.trigger.handler import TriggerSettings, respond
 
 log = logging.getLogger("gnnflow.trigger")

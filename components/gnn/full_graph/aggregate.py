@@ -22,8 +22,8 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from components import watchdog
 from components.gnn.full_graph.plan import AggregationPlan
+from components.runtime import watchdog
 
 
 def _swap(send: torch.Tensor | None, to: int, receive: tuple[int, ...] | None, source: int, dtype: torch.dtype) -> torch.Tensor | None:

@@ -19,7 +19,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from components.collectives import all_sum_int
 from components.config import GnnflowConfig
 from components.errors import GnnflowError
 from components.gnn.epoch import FROM_THE_START, EpochStart
@@ -30,6 +29,7 @@ from components.gnn.interruption import BatchAgreement
 from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
 from components.gnn.node_task import EpochResult
 from components.partition.output import StoredPartition
+from components.runtime.collectives import all_sum_int
 from components.schema import SPLIT_CODES
 
 log = logging.getLogger("gnnflow.train")

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from components.collectives import all_sum_int, exchange
 from components.partition.output import range_ends, range_owner
+from components.runtime.collectives import all_sum_int, exchange
 
 DEFAULT_BLOCK_ROWS = 65_536
 

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from components.errors import GnnflowError
-from components.launcher import VERBOSE_ENV
-from components.runlog import configure
+from components.runtime.launcher import VERBOSE_ENV
+from components.runtime.runlog import configure
 
 
 def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None) -> int:

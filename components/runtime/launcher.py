@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
-from components import watchdog, worker_resources
 from components.config.resources import DEFAULT_TIMEOUTS, WorkerTimeouts
 from components.errors import GnnflowError
-from components.rendezvous import host_stores, joining_hosted_store
+from components.runtime import watchdog, worker_resources
+from components.runtime.rendezvous import host_stores, joining_hosted_store
 
 if TYPE_CHECKING:
     from components.storage import OutputStaging
@@ -76,7 +76,7 @@ class WorkerContext:
     master_addr: str
     master_port: int  # torch.distributed rendezvous (a TCPStore: the launcher's locally, rank 0's on a cluster)
     rpc_port: int  # GLT's RPC rendezvous, likewise
-    stores_hosted: bool = False  # the launcher hosts both stores (see components.rendezvous)
+    stores_hosted: bool = False  # the launcher hosts both stores (see components.runtime.rendezvous)
     timeouts: WorkerTimeouts = DEFAULT_TIMEOUTS  # resources.{rendezvous,progress,rpc}_timeout_s
 
     def init_process_group(self, backend: str = "gloo") -> None:
@@ -184,7 +184,7 @@ def launch(
     On a cluster this replica starts `processes_per_replica` (default `world_size / replicas`)
     and returns their results only. `worker` must be module-level, its arguments and result
     picklable. Raises `WorkerFailed` for the first worker that raises, dies, or is not started
-    after `start_timeout_s`, or makes no progress (see components.watchdog) for
+    after `start_timeout_s`, or makes no progress (see components.runtime.watchdog) for
     `timeouts.progress_s` (`timeouts.rendezvous_s` while it waits for its peers to join).
     """
     if world_size < 1:
@@ -537,7 +537,7 @@ def _worker_main(payload: bytes, context: WorkerContext, writer: Connection, lau
     watchdog.attach(board, context.local_rank)
     send(("started", os.getpid()))
     worker_resources.report_registrations(send)
-    from components.runlog import configure
+    from components.runtime.runlog import configure
 
     configure(prefix=f"[rank {context.rank}] ")
     try:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from tqdm import tqdm
 
-from components import watchdog
+from components.runtime import watchdog
 
 
 class _CurrentStderrHandler(logging.StreamHandler):
@@ -86,7 +86,7 @@ class _WatchedBar(tqdm):
 
 def progress(description: str, unit: str = "rows", total: int | None = None) -> tqdm | LoggedProgress:
     """A progress bar on stderr when it is a terminal; otherwise periodic log lines. Each update
-    is progress for the watchdog of a multi-worker step (components.watchdog)."""
+    is progress for the watchdog of a multi-worker step (components.runtime.watchdog)."""
     if not sys.stderr.isatty():
         return LoggedProgress(description, unit, total)
     return _WatchedBar(desc=description, unit=unit, unit_scale=True, total=total, file=sys.stderr, mininterval=1.0, leave=False)

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from components import storage, tables
+from components import storage
 from components.config import (
     EdgeTableSpec,
     FeatureSpec,
@@ -40,6 +40,7 @@ from components.config import (
     TrainingSpec,
 )
 from components.errors import GnnflowError
+from components.tables import reading as tables
 
 ONE_HOT_MAX_VALUES = 32
 HASH_BUCKETS = 64

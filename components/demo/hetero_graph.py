@@ -1,6 +1,6 @@
 """A deterministic heterogeneous demo graph: papers, authors, citations and authorship.
 
-The homogeneous demo (`components.demo_graph`) exercises one node and one edge type; this one
+The homogeneous demo (`components.demo.graph`) exercises one node and one edge type; this one
 exercises typed nodes with different feature columns and typed edges in both directions:
 
 - papers have a class label (`class_0..class_3`) and a few binary word columns that carry
@@ -13,7 +13,7 @@ exercises typed nodes with different feature columns and typed edges in both dir
 
 The tables look like raw user input: opaque string ids, class names as strings, no split.
 
-    python -m components.hetero_demo_graph --papers 2000 --authors 800 --seed 0 -o /tmp/hetero
+    python -m components.demo.hetero_graph --papers 2000 --authors 800 --seed 0 -o /tmp/hetero
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from components.demo_graph import _assign_classes, _homophilous_edges, _opaque_ids, _write_csv_gz
+from components.demo.graph import _assign_classes, _homophilous_edges, _opaque_ids, _write_csv_gz
 
 _log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def generate_hetero_demo_graph(num_papers: int = 2000, num_authors: int = 800, *
 def write_hetero_demo_graph(graph: HeteroDemoGraph, directory: pathlib.Path) -> dict[str, pathlib.Path]:
     """Write the four tables as gzipped CSV into `directory`; return their paths by table name.
 
-    The bytes depend only on the tables (see `components.demo_graph.write_demo_graph`).
+    The bytes depend only on the tables (see `components.demo.graph.write_demo_graph`).
     """
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -166,7 +166,7 @@ def _authorship(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command-line entry point: generate the heterogeneous demo graph into a directory."""
-    parser = argparse.ArgumentParser(prog="python -m components.hetero_demo_graph", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m components.demo.hetero_graph", description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", type=pathlib.Path, required=True, help="directory to write into")
     parser.add_argument("--papers", type=int, default=2000, help="number of papers (default 2000)")
     parser.add_argument("--authors", type=int, default=800, help="number of authors (default 800)")

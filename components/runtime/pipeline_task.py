@@ -23,11 +23,11 @@ from typing import Any, Protocol
 from components import storage
 from components.config import GnnflowConfig, resolve_config
 from components.errors import GnnflowError
-from components.runlog import configure
+from components.runtime.runlog import configure
 
 log = logging.getLogger("gnnflow.pipeline")
 
-EXIT_USER_ERROR = 2  # as components.entrypoint.run_cli: a GnnflowError is one line and exit 2
+EXIT_USER_ERROR = 2  # as components.runtime.entrypoint.run_cli: a GnnflowError is one line and exit 2
 
 
 class ArtifactLike(Protocol):

@@ -7,7 +7,7 @@ homophilous), so a graph model measurably beats a feature-only one. The tables l
 user input, not like preprocessed data: opaque string ids, class names as strings, a
 categorical column, a few unlabeled nodes, no split column.
 
-    python -m components.demo_graph --nodes 10000 --seed 0 -o /tmp/demo
+    python -m components.demo.graph --nodes 10000 --seed 0 -o /tmp/demo
 """
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ def _write_csv_gz(table: pd.DataFrame, path: pathlib.Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command-line entry point: generate the demo graph and write it to a directory."""
-    parser = argparse.ArgumentParser(prog="python -m components.demo_graph", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m components.demo.graph", description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", type=pathlib.Path, required=True, help="directory to write into")
     parser.add_argument("--nodes", type=int, default=10_000, help="number of nodes (default 10000)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")

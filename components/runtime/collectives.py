@@ -15,7 +15,7 @@ import pyarrow as pa
 import torch
 import torch.distributed as dist
 
-from components import watchdog
+from components.runtime import watchdog
 
 
 def _wire(tensor: torch.Tensor) -> torch.Tensor:

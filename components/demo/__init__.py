@@ -1,0 +1,2 @@
+"""The bundled, deterministic demo graphs: homogeneous (:mod:`.graph`) and heterogeneous
+(:mod:`.hetero_graph`)."""
