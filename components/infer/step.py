@@ -15,7 +15,6 @@ Output layout and names: :mod:`.output`.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 
@@ -44,7 +43,7 @@ from components.infer.shards import embedding_matrix
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_metadata, read_original_ids, read_partition
 from components.runtime import watchdog
-from components.runtime.launcher import WorkerContext, launch_staged
+from components.runtime.launcher import WorkerContext, launch_staged, use_worker_threads
 from components.train.output import STEP as TRAIN_STEP
 
 log = logging.getLogger("gnnflow.infer")
@@ -212,8 +211,8 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     """
     placement = worker_placement(job.config.training, ctx)
     ctx.init_process_group(backend=placement.backend)
-    # Workers share this machine's cores; intra-op threads beyond their share only contend.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // ctx.local_world_size))
+    # Inference samples a batch, then computes it: its share of the cores goes to the computation.
+    use_worker_threads(ctx, samples_in_process=False)
     generation = [job.generation]  # on a cluster every replica's launcher named its own: rank 0's wins
     dist.broadcast_object_list(generation, src=0)
     staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])

@@ -5,10 +5,8 @@ The epoch loop, checkpoints, early stopping and publishing are the step's own (:
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
-import torch
 from torch import nn
 
 from components.config import GnnflowConfig
@@ -29,8 +27,6 @@ def full_graph_setup(
     by the task itself after each backward pass, so the module trained is the model, not a DDP
     wrapper (whose bucketed all-reduces would interleave with the layers' own sends).
     """
-    # No sampling threads compete here: the worker's share of the cores goes to its own kernels.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // ctx.local_world_size))
     seed(config.training.seed)
     model = build_model(part.metadata.schema, config, edge_dir)
     task = FullGraphNodeTask(part, model, config, ctx.world_size)

@@ -39,7 +39,7 @@ from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_partition
 from components.runtime import watchdog
 from components.runtime.collectives import gather_to_rank_zero
-from components.runtime.launcher import WorkerContext, cluster_from_environment, launch_staged
+from components.runtime.launcher import WorkerContext, cluster_from_environment, launch_staged, use_worker_threads
 from components.train import attempts, checkpoint, curves
 from components.train.full_graph import full_graph_setup
 from components.train.output import HISTORY_FILE, METRICS_FILE, MODEL_FILE, SPEC_FILE, STEP, VALIDATION_METRIC
@@ -261,7 +261,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
     interruption.stop_on_sigterm()  # from here on, SIGTERM stops training at a batch boundary, with a checkpoint
     placement = worker_placement(config.training, ctx)
     ctx.init_process_group(backend=placement.backend)
-    torch.set_num_threads(1)  # workers share the machine's cores; oversubscription costs more than it gains
+    use_worker_threads(ctx, samples_in_process=config.training.mode == "sampled")
     watchdog.mark("loading")
     partitions = storage.open_published(job.input, step=PARTITION_STEP)
     part = read_partition(partitions, ctx.rank)
