@@ -29,7 +29,7 @@ run: setup
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-LINTED := components pipelines
+LINTED := components pipelines tests
 
 lint: setup
 	$(BIN)/ruff format --check $(LINTED)

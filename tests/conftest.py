@@ -123,9 +123,11 @@ def config_uri(gcs_bucket: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")  # session: set up before the module fixtures that read the tables
-def citeseer_present() -> None:
-    require_citeseer()
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``citeseer`` checks for the tables before its fixtures (which read them) are set up."""
+    if item.get_closest_marker("citeseer") is not None:
+        require_citeseer()
 
 
 # ---------------------------------------------------------------------------------------

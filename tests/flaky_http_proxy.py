@@ -107,9 +107,7 @@ class FlakyProxy:
         self._server = _ProxyServer(self)
         host, port = self._server.server_address[:2]
         self._url = f"http://{host}:{port}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="flaky-proxy", daemon=True
-        )
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="flaky-proxy", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -242,9 +240,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
 
     def _answer_error(self, status: int) -> None:
         message = http.client.responses.get(status, "Error")
-        payload = json.dumps(
-            {"error": {"code": status, "message": f"{message} (injected by FlakyProxy)", "errors": []}}
-        ).encode()
+        payload = json.dumps({"error": {"code": status, "message": f"{message} (injected by FlakyProxy)", "errors": []}}).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")
         self.send_header("Content-Length", str(len(payload)))

@@ -10,8 +10,8 @@ from components.gnn.full_graph.encoder import encode, uses_gcn
 from components.gnn.full_graph.graph import aggregation_edges, build_full_graph
 from components.gnn.full_graph.node_task import all_reduce_gradients
 from components.gnn.model import NodeClassifier, NodeInput, build_encoder
-from components.runtime.launcher import WorkerContext
 from components.partition.output import range_ends, range_owner
+from components.runtime.launcher import WorkerContext
 
 EDGE_TYPE = ("node", "to", "node")
 
@@ -52,6 +52,11 @@ def full_graph_pass(ctx: WorkerContext, case: dict) -> dict:
         with torch.no_grad():
             exact = encode(model.encoder, graph, x[own])
         # numpy, not tensors: torch would send tensors through shared memory the exiting worker owns.
-        results[name] = {"ids": own.numpy(), "embeddings": h.detach().numpy(), "logits": logits.detach().numpy(),
-                         "exact": exact.numpy(), "grads": {k: p.grad.numpy() for k, p in model.named_parameters()}}
+        results[name] = {
+            "ids": own.numpy(),
+            "embeddings": h.detach().numpy(),
+            "logits": logits.detach().numpy(),
+            "exact": exact.numpy(),
+            "grads": {k: p.grad.numpy() for k, p in model.named_parameters()},
+        }
     return results

@@ -20,12 +20,17 @@ def write_hetero_citeseer(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     words = [c for c in nodes.columns if c.startswith("f")]
     cells = nodes[words].to_numpy()
     paper_rows, word_columns = cells.nonzero()
-    tables = {"papers": folder / "papers.csv", "words": folder / "words.csv", "has_word": folder / "has_word.csv",
-              "cites": CITESEER / "edges.csv.gz"}
+    tables = {
+        "papers": folder / "papers.csv",
+        "words": folder / "words.csv",
+        "has_word": folder / "has_word.csv",
+        "cites": CITESEER / "edges.csv.gz",
+    }
     nodes.drop(columns=["label", "split"]).to_csv(tables["papers"], index=False)
     pd.DataFrame({"word_id": words}).to_csv(tables["words"], index=False)
-    pd.DataFrame({"paper_id": nodes["node_id"].to_numpy()[paper_rows],
-                  "word_id": [words[c] for c in word_columns]}).to_csv(tables["has_word"], index=False)
+    pd.DataFrame({"paper_id": nodes["node_id"].to_numpy()[paper_rows], "word_id": [words[c] for c in word_columns]}).to_csv(
+        tables["has_word"], index=False
+    )
     return tables
 
 
@@ -40,24 +45,37 @@ def hetero_link_config(tables: dict[str, pathlib.Path], **sections: dict) -> dic
             ],
             "edges": [
                 {"type": "cites", "uri": str(tables["cites"]), "src_type": "paper", "dst_type": "paper"},
-                {"type": "has_word", "uri": str(tables["has_word"]), "src_column": "paper_id", "dst_column": "word_id",
-                 "src_type": "paper", "dst_type": "word"},
+                {
+                    "type": "has_word",
+                    "uri": str(tables["has_word"]),
+                    "src_column": "paper_id",
+                    "dst_column": "word_id",
+                    "src_type": "paper",
+                    "dst_type": "word",
+                },
             ],
         },
         "task": {"type": "link_prediction", "target": "cites", "split": {"train": 0.85, "val": 0.05, "test": 0.10, "seed": 1}},
         "serialize": {"num_shards": 2},
         "resources": {"world_size": 2},
         "model": {"hidden_channels": 64, "dropout": 0.1, "decoder": "mlp"},
-        "training": {"epochs": 60, "batch_size": 512, "learning_rate": 0.005, "weight_decay": 0.0, "early_stopping_patience": 20,
-                     "fan_outs": {"cites": [10, 10], "has_word": [5, 5]}},
+        "training": {
+            "epochs": 60,
+            "batch_size": 512,
+            "learning_rate": 0.005,
+            "weight_decay": 0.0,
+            "early_stopping_patience": 20,
+            "fan_outs": {"cites": [10, 10], "has_word": [5, 5]},
+        },
     }
     for name, values in sections.items():
         raw[name] = {**raw.get(name, {}), **values}
     return raw
 
 
-def write_label_tables(folder: pathlib.Path, tables: dict[str, pathlib.Path], *, hard_per_anchor: int = 5,
-                       min_shared_words: int = 3, seed: int = 0) -> dict[str, pathlib.Path]:
+def write_label_tables(
+    folder: pathlib.Path, tables: dict[str, pathlib.Path], *, hard_per_anchor: int = 5, min_shared_words: int = 3, seed: int = 0
+) -> dict[str, pathlib.Path]:
     """Recommendation-style supervision from the citations: half of them stay in the graph as
     message edges (``cites``, replaced), the other half are held out of it as positive labels,
     split 70/10/20 into train/val/test. Hard negatives: for each (citing paper, split) of the
@@ -96,10 +114,29 @@ def write_label_tables(folder: pathlib.Path, tables: dict[str, pathlib.Path], *,
 
 def with_label_tables(raw: dict, tables: dict[str, pathlib.Path]) -> dict:
     """``raw`` (hetero_link_config) with the two label tables of write_label_tables."""
-    raw = {**raw, "graph": {**raw["graph"], "edges": [*raw["graph"]["edges"],
-        {"type": "cites_positive", "uri": str(tables["positive_labels"]), "src_type": "paper", "dst_type": "paper",
-         "split_column": "split", "role": "positive_label"},
-        {"type": "cites_hard_negative", "uri": str(tables["hard_negatives"]), "src_type": "paper", "dst_type": "paper",
-         "split_column": "split", "role": "negative_label"},
-    ]}}
+    raw = {
+        **raw,
+        "graph": {
+            **raw["graph"],
+            "edges": [
+                *raw["graph"]["edges"],
+                {
+                    "type": "cites_positive",
+                    "uri": str(tables["positive_labels"]),
+                    "src_type": "paper",
+                    "dst_type": "paper",
+                    "split_column": "split",
+                    "role": "positive_label",
+                },
+                {
+                    "type": "cites_hard_negative",
+                    "uri": str(tables["hard_negatives"]),
+                    "src_type": "paper",
+                    "dst_type": "paper",
+                    "split_column": "split",
+                    "role": "negative_label",
+                },
+            ],
+        },
+    }
     return raw

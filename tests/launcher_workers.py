@@ -33,8 +33,12 @@ def all_reduce_rank(context: WorkerContext) -> dict[str, int]:
     context.init_process_group()
     value = torch.tensor([context.rank + 1], dtype=torch.int64)
     dist.all_reduce(value)
-    return {"rank": context.rank, "world_size": dist.get_world_size(), "sum": int(value.item()),
-            "malloc_arenas": os.environ.get("MALLOC_ARENA_MAX")}
+    return {
+        "rank": context.rank,
+        "world_size": dist.get_world_size(),
+        "sum": int(value.item()),
+        "malloc_arenas": os.environ.get("MALLOC_ARENA_MAX"),
+    }
 
 
 def fail_or_wait(context: WorkerContext, failure: str, record: str) -> None:

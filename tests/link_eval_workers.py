@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from components.gnn.model import LinkPredictor
 from components.infer.link_eval import link_metrics, own_embeddings
 from components.runtime.launcher import WorkerContext
-from components.gnn.model import LinkPredictor
 
 
-def score_test_edges(ctx: WorkerContext, z_by_source: torch.Tensor, pairs_by_source: torch.Tensor, owner_of_source: torch.Tensor,
-                     seed: int) -> dict[str, float]:
+def score_test_edges(
+    ctx: WorkerContext, z_by_source: torch.Tensor, pairs_by_source: torch.Tensor, owner_of_source: torch.Tensor, seed: int
+) -> dict[str, float]:
     """Partitions nodes by ``owner_of_source`` (renumbered, as partition does), gives each worker
     the test pairs whose source it owns, and computes the distributed link metrics."""
     if ctx.world_size > 1:

@@ -6,9 +6,9 @@ import torch
 
 from components import storage
 from components.gnn.link_labels import training_edges
-from components.runtime.launcher import WorkerContext
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import read_original_ids, read_partition
+from components.runtime.launcher import WorkerContext
 from components.schema import SPLIT_CODES
 
 
@@ -26,6 +26,8 @@ def held_out_positives_in_messages(ctx: WorkerContext, partitions_uri: str) -> d
     mask = training_edges(part, schema, ctx.world_size)[schema.target]
     edges = part.edges[schema.target]["edge_index"]
     labels = part.edges[schema.label_edge_type("positive_label")]
-    held = labels["edge_index"][:, torch.isin(labels["split"], torch.tensor([SPLIT_CODES["val"], SPLIT_CODES["test"]], dtype=labels["split"].dtype))]
+    held = labels["edge_index"][
+        :, torch.isin(labels["split"], torch.tensor([SPLIT_CODES["val"], SPLIT_CODES["test"]], dtype=labels["split"].dtype))
+    ]
     pairs = lambda index: [(names[a], names[b]) for a, b in index.t().tolist()]  # noqa: E731
     return {"kept": pairs(edges[:, mask]), "dropped": int((~mask).sum()), "held_out": pairs(held)}

@@ -5,12 +5,14 @@ from __future__ import annotations
 import torch
 
 from components import storage
-from components.runtime.launcher import WorkerContext
 from components.gnn.glt_dataset import to_dist_dataset
 from components.partition.output import read_partition
+from components.runtime.launcher import WorkerContext
 
 
-def sample_and_check(ctx: WorkerContext, partitions_uri: str, features: torch.Tensor, labels: torch.Tensor, source_of: torch.Tensor) -> dict[str, int]:
+def sample_and_check(
+    ctx: WorkerContext, partitions_uri: str, features: torch.Tensor, labels: torch.Tensor, source_of: torch.Tensor
+) -> dict[str, int]:
     """Samples with GLT's distributed neighbor loader over the stored partitions and counts
     sampled nodes whose features or labels differ from the originals (``features`` and
     ``labels`` indexed by source id; ``source_of`` maps partition ids to source ids)."""
@@ -23,7 +25,12 @@ def sample_and_check(ctx: WorkerContext, partitions_uri: str, features: torch.Te
     (node_type,) = part.nodes
     seeds = part.nodes[node_type]["node_id"][:256]
     loader = glt.distributed.DistNeighborLoader(
-        dataset, [5, 5], seeds, batch_size=64, shuffle=False, collect_features=True,
+        dataset,
+        [5, 5],
+        seeds,
+        batch_size=64,
+        shuffle=False,
+        collect_features=True,
         edge_dir="out" if part.metadata.edge_assignment == "src" else "in",
         worker_options=glt.distributed.CollocatedDistSamplingWorkerOptions(master_addr=ctx.master_addr, master_port=ctx.rpc_port),
     )

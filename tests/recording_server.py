@@ -46,10 +46,7 @@ class RecordedRequest:
         message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
             f"Content-Type: {content_type}\r\n\r\n".encode() + self.body
         )
-        return {
-            part.get_param("name", header="content-disposition"): part.get_payload(decode=True)
-            for part in message.iter_parts()
-        }
+        return {part.get_param("name", header="content-disposition"): part.get_payload(decode=True) for part in message.iter_parts()}
 
 
 Reply = tuple[int, Any]
@@ -108,10 +105,7 @@ class RecordingServer:
         """Recorded requests, optionally only one method and paths fully matching a regex."""
         with self._lock:
             found = list(self.requests)
-        return [
-            r for r in found
-            if (method is None or r.method == method.upper()) and (path is None or re.fullmatch(path, r.path))
-        ]
+        return [r for r in found if (method is None or r.method == method.upper()) and (path is None or re.fullmatch(path, r.path))]
 
     def _dispatch(self, request: RecordedRequest) -> Reply:
         with self._lock:
@@ -133,8 +127,11 @@ def _handler_for(server: RecordingServer) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             request = RecordedRequest(
-                method=self.command, path=split.path, query=parse_qs(split.query, keep_blank_values=True),
-                headers={k.lower(): v for k, v in self.headers.items()}, body=body,
+                method=self.command,
+                path=split.path,
+                query=parse_qs(split.query, keep_blank_values=True),
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=body,
             )
             status, payload = server._dispatch(request)
             data = json.dumps(payload).encode()
@@ -189,8 +186,9 @@ def add_vertex_routes(server: RecordingServer, job_states: Iterable[str] = ("PIP
         job = jobs[name] = {**jobs[name], "state": next(states)}
         # Vertex AI makes the run's metadata context soon after the job (what an experiment links to).
         context = f"{match['name'].split('/pipelineJobs/')[0]}/metadataStores/default/contexts/{name.rsplit('/', 1)[-1]}"
-        job["jobDetail"] = {"pipelineRunContext": {"name": context, "displayName": name.rsplit("/", 1)[-1],
-                                                   "schemaTitle": "system.PipelineRun"}}
+        job["jobDetail"] = {
+            "pipelineRunContext": {"name": context, "displayName": name.rsplit("/", 1)[-1], "schemaTitle": "system.PipelineRun"}
+        }
         if job["state"] == "PIPELINE_STATE_FAILED":
             job["error"] = {"code": 9, "message": "The DAG failed because some tasks failed: train."}
         return 200, job
@@ -220,8 +218,7 @@ def add_vertex_routes(server: RecordingServer, job_states: Iterable[str] = ("PIP
 
     def delete(name: str) -> Reply:
         del schedules[name]
-        return 200, {"name": f"{name}/operations/1", "done": True,
-                     "response": {"@type": "type.googleapis.com/google.protobuf.Empty"}}
+        return 200, {"name": f"{name}/operations/1", "done": True, "response": {"@type": "type.googleapis.com/google.protobuf.Empty"}}
 
     server.route("POST", f"{_LOCATION}/pipelineJobs", create_job)
     server.route("GET", r"/v1/(?P<name>projects/[^/]+/locations/[^/]+/pipelineJobs/[^/:]+)", get_job)
@@ -261,8 +258,9 @@ def add_metadata_routes(server: RecordingServer) -> None:
     server.route("GET", store, lambda request, match: (200, {"name": match["store"]}))
     server.route("GET", r"/v1/(?P<name>projects/[^/]+/locations/[^/]+/metadataStores/default/contexts/[^/:]+)", get_context)
     server.route("POST", store + "/contexts", create_context)
-    server.route("POST", r"/v1/(?P<name>projects/[^/]+/locations/[^/]+/metadataStores/default/contexts/[^/:]+):addContextChildren",
-                 add_children)
+    server.route(
+        "POST", r"/v1/(?P<name>projects/[^/]+/locations/[^/]+/metadataStores/default/contexts/[^/:]+):addContextChildren", add_children
+    )
 
 
 # ------------------------------------------------------------------------------------ KFP
@@ -307,8 +305,11 @@ def add_kfp_routes(server: RecordingServer, run_states: Iterable[str] = ("SUCCEE
             predicates = json.loads(request.query["filter"][0])["predicates"]
             wanted = next(p.get("string_value", p.get("stringValue")) for p in predicates if p["key"] == "display_name")
         experiment = request.query.get("experiment_id", [None])[0]
-        found = [r for r in runs.values() if (wanted is None or r["display_name"] == wanted)
-                 and (experiment is None or r.get("experiment_id") == experiment)]
+        found = [
+            r
+            for r in runs.values()
+            if (wanted is None or r["display_name"] == wanted) and (experiment is None or r.get("experiment_id") == experiment)
+        ]
         return 200, {"runs": found, "total_size": len(found)}
 
     def get_run(request: RecordedRequest, match: re.Match[str]) -> Reply:
@@ -347,7 +348,9 @@ def add_kfp_routes(server: RecordingServer, run_states: Iterable[str] = ("SUCCEE
     server.route("GET", f"{_KFP}/runs", list_runs)
     server.route("GET", f"{_KFP}/runs/(?P<id>[^/:]+)", get_run)
     server.route("POST", f"{_KFP}/recurringruns", create_recurring)
-    server.route("GET", f"{_KFP}/recurringruns", lambda r, m: (200, {"recurringRuns": list(recurring.values()), "total_size": len(recurring)}))
+    server.route(
+        "GET", f"{_KFP}/recurringruns", lambda r, m: (200, {"recurringRuns": list(recurring.values()), "total_size": len(recurring)})
+    )
     item = f"{_KFP}/recurringruns/(?P<id>[^/:]+)"
     server.route("GET", item, one_recurring(lambda key: (200, recurring[key])))
     server.route("POST", item + ":enable", one_recurring(set_mode("ENABLE", "ENABLED")))

@@ -6,9 +6,9 @@ import torch
 
 from components import storage
 from components.config import TrainingSpec
-from components.runtime.launcher import WorkerContext
 from components.gnn.glt_dataset import to_dist_dataset
 from components.partition.output import read_partition
+from components.runtime.launcher import WorkerContext
 
 
 def draw_epochs(ctx: WorkerContext, partitions_uri: str, fan_outs: list[int], batch_size: int, runs: list[tuple[str, bool]]) -> dict:

@@ -24,5 +24,6 @@ def require_citeseer() -> None:
         pytest.skip(_MISSING)
 
 
-# A test marked with it runs the check first (the fixture lives in tests/conftest.py).
-needs_citeseer = pytest.mark.usefixtures("citeseer_present")
+# Marks a test (or, as ``pytestmark``, a module) ``citeseer``: tests/conftest.py runs
+# require_citeseer() before any fixture of such a test is set up.
+needs_citeseer = pytest.mark.citeseer

@@ -12,9 +12,8 @@ import yaml
 from components import storage
 from components.config import GnnflowConfig, parse_config
 from components.demo.graph import generate_demo_graph, write_demo_graph
-from components.partition.output import hash_owner
+from components.partition.output import hash_owner, read_partition
 from components.partition.step import partition
-from components.partition.output import read_partition
 from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 
@@ -41,8 +40,15 @@ def build_one_sided_validation(root: Path) -> tuple[dict, storage.Uri, int]:
     nodes_file, edges_file = write_demo_graph(type(demo)(demo.nodes.assign(split=split), demo.edges), root / "tables")
     raw = {
         "graph": {
-            "nodes": [{"type": "paper", "uri": str(nodes_file), "label_column": "label", "split_column": "split",
-                       "features": [{"columns": ["w*"]}]}],
+            "nodes": [
+                {
+                    "type": "paper",
+                    "uri": str(nodes_file),
+                    "label_column": "label",
+                    "split_column": "split",
+                    "features": [{"columns": ["w*"]}],
+                }
+            ],
             "edges": [{"type": "cites", "uri": str(edges_file), "src_type": "paper", "dst_type": "paper"}],
         },
         "partition": {"seed": 0},

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from components import storage
-from components.runtime.entrypoint import run_cli
 from components.preprocess.__main__ import main as preprocess_main
+from components.runtime.entrypoint import run_cli
 from components.serialize.__main__ import main as serialize_main
 from tests.tiny_graph import EDGES_CSV, NODES_CSV, config_dict, write_tiny_graph
 
@@ -68,8 +68,16 @@ def test_label_table_with_an_unknown_endpoint_is_an_error(tmp_path, capsys):
     raw = config_dict("nodes.csv", "edges.csv")
     raw["task"] = {"type": "link_prediction", "target": "link"}
     (tmp_path / "positives.csv").write_text("src,dst,split\na,b,train\nb,qq,test\n")
-    raw["graph"]["edges"].append({"type": "link_positive", "uri": "positives.csv", "src_type": "item", "dst_type": "item",
-                                  "split_column": "split", "role": "positive_label"})
+    raw["graph"]["edges"].append(
+        {
+            "type": "link_positive",
+            "uri": "positives.csv",
+            "src_type": "item",
+            "dst_type": "item",
+            "split_column": "split",
+            "role": "positive_label",
+        }
+    )
     config = write_tiny_graph(tmp_path, config=raw)
     err = fails(capsys, config, tmp_path / "out")
     assert f"{tmp_path / 'positives.csv'}, row 2, column 'dst': node id 'qq' is not in node table 'item'" in err
@@ -129,7 +137,9 @@ def test_text_in_numeric_column(tmp_path, capsys):
 
 
 def test_text_in_numeric_parquet_column(tmp_path, capsys):
-    pq.write_table(pa.table({"node_id": ["a", "b"], "label": ["x", "y"], "split": ["train", "val"], "x1": ["1.5", "oops"]}), tmp_path / "n.parquet")
+    pq.write_table(
+        pa.table({"node_id": ["a", "b"], "label": ["x", "y"], "split": ["train", "val"], "x1": ["1.5", "oops"]}), tmp_path / "n.parquet"
+    )
     (tmp_path / "e.csv").write_text("src,dst\na,b\n")
     raw = config_dict("n.parquet", "e.csv", features=[{"columns": ["x1"]}])
     config = tmp_path / "c.yaml"
@@ -236,7 +246,9 @@ def test_cli_exit_code_and_message_without_traceback(tmp_path):
     config = write_tiny_graph(tmp_path, NODES_CSV + "c,red,train,6.0,60,blue\n")
     result = subprocess.run(
         [sys.executable, "-m", "components.preprocess", "--config", str(config), "--output", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert "duplicate node id 'c'" in result.stderr and "Traceback" not in result.stderr

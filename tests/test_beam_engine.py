@@ -54,8 +54,15 @@ citeseer = needs_citeseer
 def citeseer_config(nodes: str, edges: str) -> GnnflowConfig:
     raw = {
         "graph": {
-            "nodes": [{"type": "node", "uri": nodes, "label_column": "label", "split_column": "split",
-                       "features": [{"columns": ["f*"], "transform": "row_normalize"}]}],  # as init-config proposes
+            "nodes": [
+                {
+                    "type": "node",
+                    "uri": nodes,
+                    "label_column": "label",
+                    "split_column": "split",
+                    "features": [{"columns": ["f*"], "transform": "row_normalize"}],
+                }
+            ],  # as init-config proposes
             "edges": [{"type": "edge", "uri": edges}],
         },
         "task": {"split": {"train_value": "train", "val_value": "val", "test_value": "test"}},
@@ -107,15 +114,41 @@ def write_sharded_graph(folder: pathlib.Path, seed: int = 0) -> dict:
     return {
         "graph": {
             "nodes": [
-                {"type": "user", "uri": str(folder / "users"), "id_column": "id", "features": [
-                    {"columns": ["age"], "transform": "standardize"},
-                    {"columns": ["country"], "transform": "one_hot", "on_missing": "fill"}]},
-                {"type": "item", "uri": str(folder / "items.parquet"), "id_column": "item", "features": [{"columns": ["price"], "transform": "standardize"}]},
+                {
+                    "type": "user",
+                    "uri": str(folder / "users"),
+                    "id_column": "id",
+                    "features": [
+                        {"columns": ["age"], "transform": "standardize"},
+                        {"columns": ["country"], "transform": "one_hot", "on_missing": "fill"},
+                    ],
+                },
+                {
+                    "type": "item",
+                    "uri": str(folder / "items.parquet"),
+                    "id_column": "item",
+                    "features": [{"columns": ["price"], "transform": "standardize"}],
+                },
             ],
             "edges": [
-                {"type": "clicked", "uri": str(folder / "clicks"), "src_column": "user", "dst_column": "item", "src_type": "user",
-                 "dst_type": "item", "on_unknown_endpoint": "drop", "features": [{"columns": ["weight"], "transform": "standardize"}]},
-                {"type": "follows", "uri": str(folder / "follows.csv"), "src_column": "a", "dst_column": "b", "src_type": "user", "dst_type": "user"},
+                {
+                    "type": "clicked",
+                    "uri": str(folder / "clicks"),
+                    "src_column": "user",
+                    "dst_column": "item",
+                    "src_type": "user",
+                    "dst_type": "item",
+                    "on_unknown_endpoint": "drop",
+                    "features": [{"columns": ["weight"], "transform": "standardize"}],
+                },
+                {
+                    "type": "follows",
+                    "uri": str(folder / "follows.csv"),
+                    "src_column": "a",
+                    "dst_column": "b",
+                    "src_type": "user",
+                    "dst_type": "user",
+                },
             ],
         },
         "task": {"type": "link_prediction", "target": "clicked", "split": {"train": 0.7, "val": 0.15, "test": 0.15}},
@@ -159,10 +192,13 @@ BAD_INPUTS = {
     "empty node table": lambda d: write_tiny_graph(d, NODES_CSV.splitlines()[0] + "\n"),
     "empty edge table": lambda d: write_tiny_graph(d, edges_csv="src,dst,weight\n"),
     "missing column": lambda d: write_tiny_graph(d, label_column="category"),
-    "no labelled training node": lambda d: write_tiny_graph(d, NODES_CSV.replace("a,red,train", "a,red,val").replace("b,blue,train", "b,blue,test")),
+    "no labelled training node": lambda d: write_tiny_graph(
+        d, NODES_CSV.replace("a,red,train", "a,red,val").replace("b,blue,train", "b,blue,test")
+    ),
     "split value typo": lambda d: write_tiny_graph(d, NODES_CSV.replace("c,red,val", "c,red,vla")),
-    "truncated gzip": lambda d: _truncated(write_tiny_graph(
-        d, NODES_CSV + "".join(f"n{i},red,train,{i}.0,{i},blue\n" for i in range(20000)), gzip_tables=True)),
+    "truncated gzip": lambda d: _truncated(
+        write_tiny_graph(d, NODES_CSV + "".join(f"n{i},red,train,{i}.0,{i},blue\n" for i in range(20000)), gzip_tables=True)
+    ),
 }
 
 

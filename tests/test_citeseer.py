@@ -25,8 +25,15 @@ def citeseer_graph() -> dict:
     """A config's ``graph`` section over the CiteSeer tables: papers with features ``f*``, labels and the
     standard split, and citations (a new dict each call: tests change their copies)."""
     return {
-        "nodes": [{"type": "paper", "uri": str(CITESEER / "nodes.csv.gz"), "label_column": "label", "split_column": "split",
-                   "features": [{"columns": ["f*"]}]}],
+        "nodes": [
+            {
+                "type": "paper",
+                "uri": str(CITESEER / "nodes.csv.gz"),
+                "label_column": "label",
+                "split_column": "split",
+                "features": [{"columns": ["f*"]}],
+            }
+        ],
         "edges": [{"type": "cites", "uri": str(CITESEER / "edges.csv.gz"), "src_type": "paper", "dst_type": "paper"}],
     }
 
@@ -93,10 +100,30 @@ def _parquet(serialized: storage.PublishedOutput, rel: str) -> io.BytesIO:
 
 def run_citeseer(nodes: str, edges: str, root: str, tmp: pathlib.Path) -> storage.PublishedOutput:
     config_uri = f"{root}/config.yaml"
-    assert gnnflow([
-        "init-config", "--nodes", nodes, "--edges", edges, "--id-column", "node_id", "--src-column", "src",
-        "--dst-column", "dst", "--label-column", "label", "--split-column", "split", "-o", config_uri,
-    ]) == 0
+    assert (
+        gnnflow(
+            [
+                "init-config",
+                "--nodes",
+                nodes,
+                "--edges",
+                edges,
+                "--id-column",
+                "node_id",
+                "--src-column",
+                "src",
+                "--dst-column",
+                "dst",
+                "--label-column",
+                "label",
+                "--split-column",
+                "split",
+                "-o",
+                config_uri,
+            ]
+        )
+        == 0
+    )
     config = load_config(config_uri)
     assert config.graph.nodes[0].features[0].columns == ["f*"]
     assert config.graph.nodes[0].features[0].transform == "row_normalize"

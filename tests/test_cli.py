@@ -24,7 +24,9 @@ def test_step_subcommand_runs_each_step_alone(tmp_path):
 def test_module_entry_points_exit_non_zero_with_a_message(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "components.serialize", "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert f"{tmp_path / 'missing'} is not a published output" in result.stderr

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from components.config import GnnflowConfig, PreprocessSpec, SplitSpec, TrainingSpec, load_config, parse_config
+from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
 from components.tables.proposal import count_training_rows, propose_config, rows_keeping_defaults, size_epochs
-from components.demo.graph import generate_demo_graph, write_demo_graph
 
 MINIMAL = "graph:\n  nodes: [{uri: n.csv, label_column: y}]\n  edges: [{uri: e.csv}]\n"
 
@@ -58,8 +58,7 @@ def test_relative_table_paths_resolve_against_the_config_folder(tmp_path):
         ("graph: [1, 2]\n", "key 'graph': Input should be a valid dictionary"),
         ("- a\n- b\n", "must be a YAML mapping"),
         ("graph: {nodes: [\n", "is not valid YAML"),
-        (MINIMAL + "training:\n  epochs: 50\n  batch_size: 64\n  epochs: 7\n",
-         "key 'epochs' appears twice in one section (lines 5 and 7)"),
+        (MINIMAL + "training:\n  epochs: 50\n  batch_size: 64\n  epochs: 7\n", "key 'epochs' appears twice in one section (lines 5 and 7)"),
         (MINIMAL + "model: {dropout: 0.1}\nmodel: {dropout: 0.2}\n", "key 'model' appears twice"),
         (MINIMAL + "training: {fan_outs: {follows: [5, 5]}}\n", "training.fan_outs names 'follows', not an edge type of graph.edges"),
         (MINIMAL + "training: {fan_outs: {default: [5]}}\n", "training.fan_outs['default'] has 1 entries but model.num_layers is 2"),
@@ -102,14 +101,18 @@ def test_init_config_row_normalizes_only_wide_sparse_binary_runs(tmp_path):
     rng = np.random.default_rng(0)
     sparse = rng.random((300, 20)) < 0.05
     dense = rng.random((300, 20)) < 0.5
-    header = ["id", "y"] + [f"tag{j}" for j in range(20)] + ["score"] + [f"d{j}" for j in range(20)] + ["age"] + [f"few{j}" for j in range(15)]
+    header = (
+        ["id", "y"] + [f"tag{j}" for j in range(20)] + ["score"] + [f"d{j}" for j in range(20)] + ["age"] + [f"few{j}" for j in range(15)]
+    )
     rows = [
         [f"n{i}", f"c{i % 2}", *map(int, sparse[i]), f"{rng.random():.3f}", *map(int, dense[i]), 20 + i % 50, *map(int, sparse[i, :15])]
         for i in range(300)
     ]
     (tmp_path / "n.csv").write_text(",".join(header) + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
     (tmp_path / "e.csv").write_text("a,b\nn1,n2\n")
-    config = propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="y")
+    config = propose_config(
+        str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="y"
+    )
     assert [(g.columns, g.transform) for g in config.graph.nodes[0].features] == [
         (["tag*"], "row_normalize"),  # 20 columns, 5% ones
         (["score"], "standardize"),
@@ -139,8 +142,9 @@ def test_init_config_sizes_epochs_from_the_training_rows(tmp_path):
     assert count_training_rows(str(tmp_path / "n.csv"), "y", None, split, reading, enough=10**9) == pytest.approx(400 * 0.8)
     assert count_training_rows(str(tmp_path / "n.csv"), "y", "s", split, reading, enough=50) < 200  # stops once enough
     (tmp_path / "e.csv").write_text("a,b\nn1,n3\n")
-    config = propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b",
-                            label_column="y", split_column="s")
+    config = propose_config(
+        str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="y", split_column="s"
+    )
     assert (config.training.epochs, config.training.early_stopping_patience) == (200, 200)
     assert config.model.hidden_channels == 128
     assert parse_config(config.to_yaml(), "round-trip") == config
@@ -151,8 +155,15 @@ def test_init_config_sizes_epochs_from_the_training_rows(tmp_path):
     assert enough == 20 * 512 and size_epochs(enough, TrainingSpec(), 1).early_stopping_patience == 10
     many_rows = "".join(f"n{i},c{i % 2},train\n" for i in range(enough + 5000))
     (tmp_path / "big.csv").write_text("id,y,s\n" + many_rows)
-    big = propose_config(str(tmp_path / "big.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b",
-                         label_column="y", split_column="s")
+    big = propose_config(
+        str(tmp_path / "big.csv"),
+        str(tmp_path / "e.csv"),
+        id_column="id",
+        src_column="a",
+        dst_column="b",
+        label_column="y",
+        split_column="s",
+    )
     assert (big.training.epochs, big.training.early_stopping_patience) == (50, 10)
 
 
@@ -160,27 +171,41 @@ def test_init_config_leaves_out_near_unique_text_and_hashes_many_values(tmp_path
     rows = "".join(f"n{i},c{i % 2},title {i},city{i % 50},{i % 2}\n" for i in range(200))
     (tmp_path / "n.csv").write_text("id,y,title,city,flag\n" + rows)
     (tmp_path / "e.csv").write_text("a,b\nn1,n2\n")
-    config = propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="y")
+    config = propose_config(
+        str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="y"
+    )
     assert [(g.columns, g.transform) for g in config.graph.nodes[0].features] == [(["city"], "hashing"), (["flag"], "passthrough")]
     with pytest.raises(GnnflowError, match="missing column 'label'"):
-        propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="label")
+        propose_config(
+            str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="label"
+        )
     with pytest.raises(GnnflowError, match="needs --label-column"):
         propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b")
     assert yaml.safe_load(config.to_yaml())["task"]["type"] == "node_classification"
 
 
 def test_init_config_proposes_the_no_split_values_it_sees(tmp_path):
-    (tmp_path / "n.csv").write_text("id,label,fold,x\n" + "".join(
-        f"n{i},c{i % 2},{['train', 'val', 'test', 'unused', ''][i % 5]},{i}\n" for i in range(50)))
+    (tmp_path / "n.csv").write_text(
+        "id,label,fold,x\n" + "".join(f"n{i},c{i % 2},{['train', 'val', 'test', 'unused', ''][i % 5]},{i}\n" for i in range(50))
+    )
     (tmp_path / "e.csv").write_text("src,dst\nn0,n1\n")
-    config = propose_config(str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="src",
-                            dst_column="dst", label_column="label", split_column="fold")
+    config = propose_config(
+        str(tmp_path / "n.csv"),
+        str(tmp_path / "e.csv"),
+        id_column="id",
+        src_column="src",
+        dst_column="dst",
+        label_column="label",
+        split_column="fold",
+    )
     assert config.task.split.none_values == ["", "none", "unused"]
 
 
-TWO_EDGE_TYPES = ("graph:\n  nodes: [{type: user, uri: u.csv, label_column: y}, {type: item, uri: i.csv}]\n"
-                  "  edges: [{type: follows, uri: f.csv, src_type: user, dst_type: user},\n"
-                  "          {type: clicks, uri: c.csv, src_type: user, dst_type: item}]\n")
+TWO_EDGE_TYPES = (
+    "graph:\n  nodes: [{type: user, uri: u.csv, label_column: y}, {type: item, uri: i.csv}]\n"
+    "  edges: [{type: follows, uri: f.csv, src_type: user, dst_type: user},\n"
+    "          {type: clicks, uri: c.csv, src_type: user, dst_type: item}]\n"
+)
 
 
 LINK_TWO_TYPES = TWO_EDGE_TYPES + "task: {type: link_prediction, target: clicks}\n"
@@ -189,12 +214,21 @@ LINK_TWO_TYPES = TWO_EDGE_TYPES + "task: {type: link_prediction, target: clicks}
 @pytest.mark.parametrize(
     ("extra_edge", "training", "expected"),
     [
-        ("{type: liked, uri: l.csv, src_type: user, dst_type: user, role: positive_label}", "",
-         "label edge table 'user__liked__user' joins user to user; the target 'user__clicks__item' joins user to item"),
-        ("{type: skipped, uri: s.csv, src_type: user, dst_type: item, role: negative_label, features: [{columns: [w]}]}", "",
-         "label edge table 'user__skipped__item' has features"),
-        ("{type: bought, uri: b.csv, src_type: user, dst_type: item, role: positive_label}", "training: {negatives: [random, hard]}\n",
-         "training.negatives: hard needs a graph.edges table with role negative_label"),
+        (
+            "{type: liked, uri: l.csv, src_type: user, dst_type: user, role: positive_label}",
+            "",
+            "label edge table 'user__liked__user' joins user to user; the target 'user__clicks__item' joins user to item",
+        ),
+        (
+            "{type: skipped, uri: s.csv, src_type: user, dst_type: item, role: negative_label, features: [{columns: [w]}]}",
+            "",
+            "label edge table 'user__skipped__item' has features",
+        ),
+        (
+            "{type: bought, uri: b.csv, src_type: user, dst_type: item, role: positive_label}",
+            "training: {negatives: [random, hard]}\n",
+            "training.negatives: hard needs a graph.edges table with role negative_label",
+        ),
     ],
 )
 def test_label_tables_that_do_not_fit_the_target_are_refused(extra_edge, training, expected):
@@ -204,8 +238,10 @@ def test_label_tables_that_do_not_fit_the_target_are_refused(extra_edge, trainin
 
 
 def test_a_label_table_is_never_the_target():
-    text = LINK_TWO_TYPES.replace("dst_type: item}]\n", "dst_type: item},\n          "
-                                  "{type: bought, uri: b.csv, src_type: user, dst_type: item, role: positive_label}]\n")
+    text = LINK_TWO_TYPES.replace(
+        "dst_type: item}]\n",
+        "dst_type: item},\n          {type: bought, uri: b.csv, src_type: user, dst_type: item, role: positive_label}]\n",
+    )
     config = parse_config(text, "x")
     assert config.task_target == "user__clicks__item"
     with pytest.raises(GnnflowError, match="task.target 'bought' is not an edge type of graph.edges"):
@@ -218,5 +254,7 @@ def test_fan_outs_per_edge_type_by_name_relation_or_default():
     config = parse_config(TWO_EDGE_TYPES + "training: {fan_outs: {follows: [10, 5], clicks: [4, 4]}}\n", "x")
     assert config.fan_outs_of("user__clicks__item") == [4, 4]
     assert parse_config(TWO_EDGE_TYPES, "x").fan_outs_of("user__clicks__item") == [15, 10]
-    with pytest.raises(GnnflowError, match="training.fan_outs gives no list for edge type 'user__clicks__item': name it or add a 'default' list"):
+    with pytest.raises(
+        GnnflowError, match="training.fan_outs gives no list for edge type 'user__clicks__item': name it or add a 'default' list"
+    ):
         parse_config(TWO_EDGE_TYPES + "training: {fan_outs: {follows: [10, 5]}}\n", "x")

@@ -80,7 +80,7 @@ def makefile_setup_commands() -> list[str]:
     lines = (REPO / "Makefile").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("$(STAMP):"))
     recipe = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith("\t"):
             break
         recipe.append(line.strip())
@@ -111,8 +111,9 @@ def test_hadolint_runs_clean(dockerfile):
     lines = dockerfile.read_text().splitlines()
     for number, line in enumerate(lines):
         if line.startswith("# hadolint ignore="):
-            assert number > 0 and lines[number - 1].startswith("#") and "hadolint" not in lines[number - 1], \
+            assert number > 0 and lines[number - 1].startswith("#") and "hadolint" not in lines[number - 1], (
                 f"{dockerfile.name} line {number + 1}: an ignored rule needs its reason in the comment above"
+            )
 
 
 def test_hadolint_does_lint(tmp_path):
@@ -188,8 +189,11 @@ def test_multi_stage_pinned_and_non_root(dockerfile):
         lock = (REPO / "requirements" / "lock.txt").read_text()
         assert global_args(dockerfile)["BEAM_VERSION"] == "2.77.0" and "apache-beam==2.77.0" in lock
         source = next(s for s in all_stages if s.name == "beam-boot-source")
-        assert any("CGO_ENABLED=0 GOTOOLCHAIN=local go build" in i.arguments and "./python/container" in i.arguments
-                   for i in source.instructions if i.keyword == "RUN")
+        assert any(
+            "CGO_ENABLED=0 GOTOOLCHAIN=local go build" in i.arguments and "./python/container" in i.arguments
+            for i in source.instructions
+            if i.keyword == "RUN"
+        )
     else:
         assert any(c.startswith("--from=beam /opt/apache/beam ") for c in [i.arguments for i in final.instructions if i.keyword == "COPY"])
         assert any(s.image == "apache/beam_python3.11_sdk:2.77.0" for s in all_stages), "Beam's boot program from the locked Beam release"
@@ -218,8 +222,17 @@ def ignored(path: str, patterns: list[str]) -> bool:
 
 def test_dockerignore_keeps_the_heavy_and_private_parts_out():
     patterns = dockerignore_patterns()
-    for path in (".venv", ".venv/bin/python", "runs", "runs/2024/report.html", ".git", ".git/config",
-                 "components/__pycache__", "components/report/__pycache__/step.cpython-311.pyc", ".pytest_cache"):
+    for path in (
+        ".venv",
+        ".venv/bin/python",
+        "runs",
+        "runs/2024/report.html",
+        ".git",
+        ".git/config",
+        "components/__pycache__",
+        "components/report/__pycache__/step.cpython-311.pyc",
+        ".pytest_cache",
+    ):
         assert ignored(path, patterns), path
     for path in ("components/report/step.py", "pipelines/cli.py", "requirements/lock.txt", "pyproject.toml", "README.md"):
         assert not ignored(path, patterns), path
@@ -257,11 +270,12 @@ def test_entrypoint_runs_modules_and_hands_beam_flags_to_boot(tmp_path):
     bindir.mkdir()
     (bindir / "python").symlink_to(sys.executable)
     boot = tmp_path / "boot"
-    boot.write_text("#!/bin/sh\necho boot \"$@\"\n")
+    boot.write_text('#!/bin/sh\necho boot "$@"\n')
     boot.chmod(0o755)
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "BEAM_BOOT": str(boot)}
     run = lambda *args: subprocess.run(  # noqa: E731
-        ["sh", str(script), *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
+        ["sh", str(script), *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO
+    )
     module = run("json.tool", "--help")
     assert module.returncode == 0 and "json.tool" in module.stdout
     program = run("sh", "-ec", "echo from sh")  # kfp.local's DockerRunner hands its command to the entry point
@@ -275,8 +289,12 @@ def test_entrypoint_runs_modules_and_hands_beam_flags_to_boot(tmp_path):
 
 # ---- building behind a firewall: BASE_IMAGE, the wheelhouse, and the scripts around them ----
 
-SCRIPTS = [REPO / "containers" / "make_wheelhouse.sh", REPO / "containers" / "check_image.sh",
-           REPO / "containers" / "check_dataflow_worker.sh", REPO / "containers" / "check_kfp_docker.sh"]
+SCRIPTS = [
+    REPO / "containers" / "make_wheelhouse.sh",
+    REPO / "containers" / "check_image.sh",
+    REPO / "containers" / "check_dataflow_worker.sh",
+    REPO / "containers" / "check_kfp_docker.sh",
+]
 DEFAULT_BASES = {"Dockerfile": "python:3.11.13-slim-bookworm", "Dockerfile.cuda": "nvidia/cuda:12.1.1-runtime-ubuntu22.04"}
 
 
@@ -293,8 +311,12 @@ def global_args(path: pathlib.Path) -> dict[str, str]:
 
 
 def pip_runs(path: pathlib.Path) -> list[str]:
-    return [i.arguments for stage in stages(path) for i in stage.instructions
-            if i.keyword == "RUN" and re.search(r"pip install .*-r requirements/", i.arguments)]
+    return [
+        i.arguments
+        for stage in stages(path)
+        for i in stage.instructions
+        if i.keyword == "RUN" and re.search(r"pip install .*-r requirements/", i.arguments)
+    ]
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -324,9 +346,9 @@ def test_wheelhouse_switch_makes_pip_offline(tmp_path, wheelhouse):
     the wheelhouse (empty here), without reaching any index; without one, the environment is
     left alone."""
     run = pip_runs(DOCKERFILES[0])[0]
-    switch = run[run.index("if [ -n"):run.index("fi") + 2]
+    switch = run[run.index("if [ -n") : run.index("fi") + 2]
     (tmp_path / "wheelhouse").mkdir()
-    script = f'{switch}\n env | grep ^PIP_ | sort\n'.replace("/wheelhouse", str(tmp_path / "wheelhouse"))
+    script = f"{switch}\n env | grep ^PIP_ | sort\n".replace("/wheelhouse", str(tmp_path / "wheelhouse"))
     env = {"PATH": "/usr/bin:/bin", "WHEELHOUSE": wheelhouse}
     shown = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert shown.returncode == 0, shown.stderr
@@ -336,8 +358,13 @@ def test_wheelhouse_switch_makes_pip_offline(tmp_path, wheelhouse):
     assert shown.stdout.splitlines() == [f"PIP_FIND_LINKS={tmp_path / 'wheelhouse'}", "PIP_NO_INDEX=1"]
     pip_env = dict(line.split("=", 1) for line in shown.stdout.splitlines())
     pip_env.update(PATH="/usr/bin:/bin", PIP_CONFIG_FILE=os.devnull, HOME=str(tmp_path))
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "pip==24.3.1"],
-                            capture_output=True, text=True, env=pip_env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "pip==24.3.1"],
+        capture_output=True,
+        text=True,
+        env=pip_env,
+        timeout=120,
+    )
     assert result.returncode != 0
     assert "No matching distribution found for pip==24.3.1" in result.stderr
     assert "Looking in links: " + str(tmp_path / "wheelhouse") in result.stdout
@@ -350,13 +377,15 @@ def test_cpu_dockerfile_serves_the_python_image_and_plain_debian():
     something compiles (no wheelhouse)."""
     build, final = [s for s in stages(DOCKERFILES[0]) if not (s.name or "").startswith("beam")]
     build_run = " ".join(i.arguments for i in build.instructions if i.keyword == "RUN")
-    assert ('if ! python3 -c "import ensurepip" 2> /dev/null; then '
-            'apt-get install -y --no-install-recommends python3 python3-venv; fi') in build_run
+    assert (
+        'if ! python3 -c "import ensurepip" 2> /dev/null; then apt-get install -y --no-install-recommends python3 python3-venv; fi'
+    ) in build_run
     assert 'if [ -z "$WHEELHOUSE" ]; then apt-get install -y --no-install-recommends g++; fi' in build_run
     assert "sys.version_info[:2] == (3, 11)" in build_run and "python3 -m venv /opt/venv" in build_run
     final_run = " ".join(i.arguments for i in final.instructions if i.keyword == "RUN")
-    assert final_run.startswith("if ! command -v python3 > /dev/null; then "
-                                "apt-get update && apt-get install -y --no-install-recommends python3 ")
+    assert final_run.startswith(
+        "if ! command -v python3 > /dev/null; then apt-get update && apt-get install -y --no-install-recommends python3 "
+    )
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -376,7 +405,12 @@ def test_the_podman_scripts_share_one_containers_conf_for_runc(tmp_path):
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert conf.read_text().splitlines() == [
-        "[containers]", 'default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]', "", "[engine]", 'runtime = "runc"']
+        "[containers]",
+        'default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]',
+        "",
+        "[engine]",
+        'runtime = "runc"',
+    ]
     for user in ("check_dataflow_worker.sh", "check_kfp_docker.sh"):
         text = (REPO / "containers" / user).read_text()
         assert 'source "$repo/containers/podman_common.sh"' in text and 'podman_prerequisites "$image" "$python"' in text
@@ -385,10 +419,14 @@ def test_the_podman_scripts_share_one_containers_conf_for_runc(tmp_path):
 def test_check_image_passes_the_build_arguments_the_dockerfile_declares():
     text = (REPO / "containers" / "check_image.sh").read_text()
     passed = set(re.findall(r"--build-arg (\w+)=", text))
-    declared = set(global_args(DOCKERFILES[0])) | {i.arguments.partition("=")[0] for s in stages(DOCKERFILES[0])
-                                                    for i in s.instructions if i.keyword == "ARG"}
-    assert passed == {"BASE_IMAGE", "WHEELHOUSE", "BEAM_BOOT", "BEAM_SOURCE", "BEAM_SOURCE_VERSION", "BEAM_GO_DEPS",
-                      "GO_IMAGE", "GOFLAGS", "GOPROXY"} and passed <= declared
+    declared = set(global_args(DOCKERFILES[0])) | {
+        i.arguments.partition("=")[0] for s in stages(DOCKERFILES[0]) for i in s.instructions if i.keyword == "ARG"
+    }
+    assert (
+        passed
+        == {"BASE_IMAGE", "WHEELHOUSE", "BEAM_BOOT", "BEAM_SOURCE", "BEAM_SOURCE_VERSION", "BEAM_GO_DEPS", "GO_IMAGE", "GOFLAGS", "GOPROXY"}
+        and passed <= declared
+    )
     assert "--isolation=chroot" in text and "-f containers/Dockerfile " in text
 
 
@@ -398,39 +436,58 @@ def test_make_wheelhouse_refuses_to_start_wrongly(tmp_path):
     elsewhere = subprocess.run([script, str(tmp_path / "w")], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert elsewhere.returncode == 2
     assert elsewhere.stderr.strip() == "make_wheelhouse.sh: run it from the repository root (requirements/ not found)"
-    no_python = subprocess.run([script, str(tmp_path / "w")], capture_output=True, text=True, cwd=REPO, timeout=60,
-                               env={**env, "PYTHON": str(tmp_path / "missing-python")})
+    no_python = subprocess.run(
+        [script, str(tmp_path / "w")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={**env, "PYTHON": str(tmp_path / "missing-python")},
+    )
     assert no_python.returncode == 2
     missing = tmp_path / "missing-python"
     assert no_python.stderr.strip() == f"make_wheelhouse.sh: no Python at {missing}: run make setup first, or set PYTHON"
     other = tmp_path / "python3.10"
     other.write_text("#!/bin/sh\necho 3.10\n")
     other.chmod(0o755)
-    old = subprocess.run([script, str(tmp_path / "w")], capture_output=True, text=True, cwd=REPO, timeout=60,
-                         env={**env, "PYTHON": str(other)})
+    old = subprocess.run(
+        [script, str(tmp_path / "w")], capture_output=True, text=True, cwd=REPO, timeout=60, env={**env, "PYTHON": str(other)}
+    )
     assert old.returncode == 2
     assert old.stderr.strip() == f"make_wheelhouse.sh: {other} is Python 3.10; the image needs 3.11 wheels"
     assert not (tmp_path / "w").exists()
 
 
-@pytest.mark.parametrize("layout, expected", [
-    ({"sources.list": "# deb http://old/debian bookworm main\n"
-                      "deb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main\n"},
-     "http://mirror.example/debian"),
-    ({"sources.list.d/debian.sources": "Types: deb\nURIs: http://sec.example/debian-security\nSuites: bookworm-security\n\n"
-                                       "Types: deb deb-src\nURIs: http://m.example/debian http://n.example/debian\n"
-                                       "Suites: bookworm bookworm-updates\nComponents: main\n"},
-     "http://m.example/debian"),
-    ({"sources.list.d/ubuntu.sources": "Types: deb\nURIs: http://archive.ubuntu.com/ubuntu\nSuites: jammy\n"}, ""),
-])
+@pytest.mark.parametrize(
+    "layout, expected",
+    [
+        (
+            {
+                "sources.list": "# deb http://old/debian bookworm main\n"
+                "deb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main\n"
+            },
+            "http://mirror.example/debian",
+        ),
+        (
+            {
+                "sources.list.d/debian.sources": "Types: deb\nURIs: http://sec.example/debian-security\nSuites: bookworm-security\n\n"
+                "Types: deb deb-src\nURIs: http://m.example/debian http://n.example/debian\n"
+                "Suites: bookworm bookworm-updates\nComponents: main\n"
+            },
+            "http://m.example/debian",
+        ),
+        ({"sources.list.d/ubuntu.sources": "Types: deb\nURIs: http://archive.ubuntu.com/ubuntu\nSuites: jammy\n"}, ""),
+    ],
+)
 def test_check_image_takes_the_debian_mirror_apt_uses(tmp_path, layout, expected):
     for name, text in layout.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     script = (REPO / "containers" / "check_image.sh").read_text()
-    function = script[script.index("debian_mirror() {"):script.index("\n}\n", script.index("debian_mirror() {")) + 3]
-    result = subprocess.run(["bash", "-c", f'{function}\ndebian_mirror "$1"', "bash", str(tmp_path)],
-                            capture_output=True, text=True, timeout=60)
+    function = script[script.index("debian_mirror() {") : script.index("\n}\n", script.index("debian_mirror() {")) + 3]
+    result = subprocess.run(
+        ["bash", "-c", f'{function}\ndebian_mirror "$1"', "bash", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
 
@@ -462,7 +519,7 @@ def test_cuda_build_never_shares_the_cpu_builds_pip_cache():
     assert not {i for i, _ in cuda} & {i for i, _ in cpu}, (cpu, cuda)
     assert not {t for _, t in cuda} & {t for _, t in cpu}, (cpu, cuda)
     source_builds = next(r for r in pip_runs(DOCKERFILES[1]) if "requirements/source-builds.txt" in r)
-    (_, target), = [m for m in cuda if f"target={m[1]}" in source_builds]
+    ((_, target),) = [m for m in cuda if f"target={m[1]}" in source_builds]
     assert re.search(rf'PIP_CACHE_DIR="{re.escape(target)}/', source_builds), "pip must read the CUDA cache mount"
     assert "--no-cache-dir" not in source_builds and "FORCE_CUDA=1" in source_builds
 
@@ -477,7 +534,8 @@ def test_cuda_build_fails_unless_the_extensions_carry_cuda_kernels():
     source_builds = next(r for r in runs if "requirements/source-builds.txt" in r)
     assert source_builds.endswith("&& python containers/check_cuda_extensions.py")
     assert copies.index("containers/check_cuda_extensions.py containers/") < [
-        i.arguments for i in build.instructions if i.keyword in {"COPY", "RUN"}].index(source_builds)
+        i.arguments for i in build.instructions if i.keyword in {"COPY", "RUN"}
+    ].index(source_builds)
 
 
 def test_cuda_check_fails_on_the_cpu_build_in_the_venv():
@@ -491,10 +549,12 @@ def test_cuda_check_fails_on_the_cpu_build_in_the_venv():
     assert any(line.startswith("torch_sparse 0.6.18: cuda_version() = -1, 0 CUDA modules") for line in out), out
     errors = result.stderr.splitlines()
     for package in ("torch_scatter", "torch_sparse"):
-        assert (f"check_cuda_extensions: {package}: compiled without CUDA kernels (cuda_version() = -1, a CPU build); "
-                f"expected 12010 (CUDA 12.1, as torch)") in errors
+        assert (
+            f"check_cuda_extensions: {package}: compiled without CUDA kernels (cuda_version() = -1, a CPU build); "
+            f"expected 12010 (CUDA 12.1, as torch)"
+        ) in errors
         beside = f"check_cuda_extensions: {package}: no CUDA module beside "
-        assert any(line.startswith(beside) and "_version_cpu" in line[len(beside):].split(", ") for line in errors)
+        assert any(line.startswith(beside) and "_version_cpu" in line[len(beside) :].split(", ") for line in errors)
     assert "OK" not in result.stdout
 
 
@@ -513,9 +573,9 @@ def test_cuda_check_accepts_only_torchs_cuda_version():
     cuda_build = ["_scatter_cpu.so", "_scatter_cuda.so", "_version_cpu.so", "_version_cuda.so"]
     assert check.problems("torch_scatter", "12.1", 12010, cuda_build) == []
     assert check.problems("torch_scatter", "12.1", 12040, cuda_build) == [
-        "torch_scatter: compiled with CUDA 12.4 (cuda_version() = 12040); expected 12010 (CUDA 12.1, as torch)"]
-    assert check.problems("torch_scatter", "12.1", 12010, cuda_build[:3]) == [
-        "torch_scatter: no CUDA module beside _version_cpu"]
+        "torch_scatter: compiled with CUDA 12.4 (cuda_version() = 12040); expected 12010 (CUDA 12.1, as torch)"
+    ]
+    assert check.problems("torch_scatter", "12.1", 12010, cuda_build[:3]) == ["torch_scatter: no CUDA module beside _version_cpu"]
     assert len(check.problems("torch_scatter", "12.1", -1, ["_scatter_cpu.so", "_version_cpu.so"])) == 2
     assert check.problems("torch_scatter", "12.1", 12010, []) == ["torch_scatter: no extension modules found"]
     assert "CPU-only build" in check.problems("torch_scatter", None, -1, cuda_build)[0]
@@ -523,7 +583,7 @@ def test_cuda_check_accepts_only_torchs_cuda_version():
 
 def shell_function(script: str, name: str) -> str:
     start = script.index(f"{name}() {{")
-    return script[start:script.index("\n}\n", start) + 3]
+    return script[start : script.index("\n}\n", start) + 3]
 
 
 def test_make_wheelhouse_tags_cuda_builds_so_that_they_cannot_pass_for_cpu_ones(tmp_path):
@@ -546,8 +606,11 @@ def test_make_wheelhouse_tags_cuda_builds_so_that_they_cannot_pass_for_cpu_ones(
             wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n")
             wheel.writestr(f"{info}/RECORD", "")
     bash = lambda command, *args: subprocess.run(  # noqa: E731
-        ["bash", "-c", f'python={shlex.quote(sys.executable)}\n{functions}\n{command}', "bash", *map(str, args)],
-        capture_output=True, text=True, timeout=120)
+        ["bash", "-c", f"python={shlex.quote(sys.executable)}\n{functions}\n{command}", "bash", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bash('cuda_modules "$1"', wheels["cuda"]).returncode == 0
     assert bash('cuda_modules "$1"', wheels["cpu"]).returncode == 1
     tagged = bash('add_local_version "$1" cu121', wheels["cuda"])
@@ -561,9 +624,28 @@ def test_make_wheelhouse_tags_cuda_builds_so_that_they_cannot_pass_for_cpu_ones(
         record = wheel.read("torch_scatter-2.1.2+cu121.dist-info/RECORD").decode().splitlines()
         assert sorted(line.split(",")[0] for line in record) == sorted(names)
     env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": os.devnull, "HOME": str(tmp_path)}
-    chosen = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--no-index",
-                             "--find-links", str(tmp_path / "cuda"), "--report", "-", "--quiet", "torch-scatter==2.1.2"],
-                            capture_output=True, text=True, env=env, timeout=120)
+    chosen = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--no-deps",
+            "--no-index",
+            "--find-links",
+            str(tmp_path / "cuda"),
+            "--report",
+            "-",
+            "--quiet",
+            "torch-scatter==2.1.2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert chosen.returncode == 0, chosen.stderr
     assert [i["metadata"]["version"] for i in json.loads(chosen.stdout)["install"]] == ["2.1.2+cu121"]
 
@@ -579,10 +661,19 @@ def test_make_wheelhouse_refuses_a_cuda_run_without_torchs_cuda_toolkit(tmp_path
         (cuda_home / "bin" / "nvcc").write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
         (cuda_home / "bin" / "nvcc").chmod(0o755)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": sys.executable, "FORCE_CUDA": "1", "CUDA_HOME": str(cuda_home)}
-    result = subprocess.run([str(REPO / "containers" / "make_wheelhouse.sh"), str(tmp_path / "w")],
-                            capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    result = subprocess.run(
+        [str(REPO / "containers" / "make_wheelhouse.sh"), str(tmp_path / "w")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
     assert result.returncode == 1
-    expected = (f"make_wheelhouse.sh: FORCE_CUDA=1, but {cuda_home}/bin/nvcc is CUDA {release}; torch 2.3.0+cu121 needs CUDA 12.1"
-                if release else f"make_wheelhouse.sh: FORCE_CUDA=1, but the CUDA toolkit in {cuda_home} has no bin/nvcc")
+    expected = (
+        f"make_wheelhouse.sh: FORCE_CUDA=1, but {cuda_home}/bin/nvcc is CUDA {release}; torch 2.3.0+cu121 needs CUDA 12.1"
+        if release
+        else f"make_wheelhouse.sh: FORCE_CUDA=1, but the CUDA toolkit in {cuda_home} has no bin/nvcc"
+    )
     assert result.stderr.strip().splitlines()[-1] == expected
     assert not (tmp_path / "w").exists()

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from components import storage
-from components.runtime import pipeline_task
 from components.config import apply_overrides, load_config, parse_config
 from components.errors import GnnflowError
+from components.runtime import pipeline_task
 from pipelines.cli import main as gnnflow
 
 IMAGE = "us-docker.pkg.dev/acme-ml/gnn/gnnflow:2.0"
@@ -135,40 +135,68 @@ def test_one_pool_when_every_worker_fits_one_replica(tmp_path):
     assert "base_output_directory" not in spec["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
 
 
-@pytest.mark.parametrize(("resources", "message"), [
-    ("runner: vertex\n  custom_job: {accelerator_type: NVIDIA_TESLA_T5}",
-     "resources.custom_job.accelerator_type 'NVIDIA_TESLA_T5' is not a Vertex AI accelerator"),
-    ("runner: vertex\n  step_requests: {train: {accelerator_type: NVIDIA_TESLA_T4}}", "step_requests.train does not apply with runner vertex"),
-    ("runner: vertex\n  world_size: 3\n  processes_per_replica: 2", "world_size 3 is not a multiple of processes_per_replica 2"),
-    ("runner: vertex\n  custom_job: {tensorboard: my-board}", "key 'resources.custom_job.tensorboard'"),
-    ("runner: vertex\n  custom_job: {project: acme}", "key 'resources.custom_job.project': unknown key"),
-    ("runner: vertex\n  custom_job: {tensorboard: projects/p/locations/l/tensorboards/1}",
-     "resources.custom_job.tensorboard needs resources.custom_job.service_account"),
-    ("runner: vertex\n  custom_job: {machine_type: n1-standard-8, accelerator_type: NVIDIA_L4}",
-     "resources.custom_job.machine_type 'n1-standard-8' does not take resources.custom_job.accelerator_type NVIDIA_L4: "
-     "NVIDIA_L4 runs on g2-standard-4"),
-    ("runner: vertex\n  custom_job: {machine_type: a2-highgpu-2g, accelerator_type: NVIDIA_TESLA_A100}",
-     "resources.custom_job.accelerator_count 1: a2-highgpu-2g takes 2 NVIDIA_TESLA_A100 per machine"),
-    ("runner: vertex\n  custom_job: {machine_type: g2-standard-8}",
-     "resources.custom_job.machine_type 'g2-standard-8' comes with GPUs: set resources.custom_job.accelerator_type NVIDIA_L4 "
-     "with accelerator_count 1"),
-    ("runner: vertex\n  custom_job: {machine_type: c4-standard-8, boot_disk_type: pd-ssd}",
-     "resources.custom_job.boot_disk_type 'pd-ssd': c4-standard-8 boots only from Hyperdisk"),
-    ("runner: vertex\n  custom_job: {machine_type: n1-standard-8, boot_disk_type: hyperdisk-balanced}",
-     "resources.custom_job.boot_disk_type 'hyperdisk-balanced': n1 machines take no Hyperdisk"),
-    ("runner: vertex\n  world_size: 4\n  processes_per_replica: 2\n  custom_job: {accelerator_type: NVIDIA_TESLA_T4}",
-     "resources.processes_per_replica 2 is more than resources.custom_job.accelerator_count 1"),
-    ("runner: vertex\n  world_size: 16\n  processes_per_replica: 16\n  custom_job: {machine_type: n1-standard-8}",
-     "resources.processes_per_replica 16 is more than the 8 vCPUs of n1-standard-8"),
-    ("runner: vertex\n  custom_job: {accelerator_type: TPU_V3}", "gnnflow's steps run on CPUs or NVIDIA GPUs, not TPUs"),
-    ("runner: vertex\n  custom_job: {boot_disk_type: pd-balanced}", "key 'resources.custom_job.boot_disk_type'"),
-    ("strategy: spot", "resources.strategy spot applies to CustomJob replicas (resources.runner: vertex)"),
-    ("runner: vertex\n  strategy: spot\n  custom_job: {restart_job_on_worker_restart: false}",
-     "resources.strategy spot needs resources.custom_job.restart_job_on_worker_restart true"),
-    ("runner: vertex\n  strategy: spot\n  custom_job: {max_wait_s: 600}",
-     "resources.custom_job.max_wait_s applies to resources.strategy flex_start, not spot"),
-    ("runner: vertex\n  strategy: preemptible", "key 'resources.strategy'"),
-])
+@pytest.mark.parametrize(
+    ("resources", "message"),
+    [
+        (
+            "runner: vertex\n  custom_job: {accelerator_type: NVIDIA_TESLA_T5}",
+            "resources.custom_job.accelerator_type 'NVIDIA_TESLA_T5' is not a Vertex AI accelerator",
+        ),
+        (
+            "runner: vertex\n  step_requests: {train: {accelerator_type: NVIDIA_TESLA_T4}}",
+            "step_requests.train does not apply with runner vertex",
+        ),
+        ("runner: vertex\n  world_size: 3\n  processes_per_replica: 2", "world_size 3 is not a multiple of processes_per_replica 2"),
+        ("runner: vertex\n  custom_job: {tensorboard: my-board}", "key 'resources.custom_job.tensorboard'"),
+        ("runner: vertex\n  custom_job: {project: acme}", "key 'resources.custom_job.project': unknown key"),
+        (
+            "runner: vertex\n  custom_job: {tensorboard: projects/p/locations/l/tensorboards/1}",
+            "resources.custom_job.tensorboard needs resources.custom_job.service_account",
+        ),
+        (
+            "runner: vertex\n  custom_job: {machine_type: n1-standard-8, accelerator_type: NVIDIA_L4}",
+            "resources.custom_job.machine_type 'n1-standard-8' does not take resources.custom_job.accelerator_type NVIDIA_L4: "
+            "NVIDIA_L4 runs on g2-standard-4",
+        ),
+        (
+            "runner: vertex\n  custom_job: {machine_type: a2-highgpu-2g, accelerator_type: NVIDIA_TESLA_A100}",
+            "resources.custom_job.accelerator_count 1: a2-highgpu-2g takes 2 NVIDIA_TESLA_A100 per machine",
+        ),
+        (
+            "runner: vertex\n  custom_job: {machine_type: g2-standard-8}",
+            "resources.custom_job.machine_type 'g2-standard-8' comes with GPUs: set resources.custom_job.accelerator_type NVIDIA_L4 "
+            "with accelerator_count 1",
+        ),
+        (
+            "runner: vertex\n  custom_job: {machine_type: c4-standard-8, boot_disk_type: pd-ssd}",
+            "resources.custom_job.boot_disk_type 'pd-ssd': c4-standard-8 boots only from Hyperdisk",
+        ),
+        (
+            "runner: vertex\n  custom_job: {machine_type: n1-standard-8, boot_disk_type: hyperdisk-balanced}",
+            "resources.custom_job.boot_disk_type 'hyperdisk-balanced': n1 machines take no Hyperdisk",
+        ),
+        (
+            "runner: vertex\n  world_size: 4\n  processes_per_replica: 2\n  custom_job: {accelerator_type: NVIDIA_TESLA_T4}",
+            "resources.processes_per_replica 2 is more than resources.custom_job.accelerator_count 1",
+        ),
+        (
+            "runner: vertex\n  world_size: 16\n  processes_per_replica: 16\n  custom_job: {machine_type: n1-standard-8}",
+            "resources.processes_per_replica 16 is more than the 8 vCPUs of n1-standard-8",
+        ),
+        ("runner: vertex\n  custom_job: {accelerator_type: TPU_V3}", "gnnflow's steps run on CPUs or NVIDIA GPUs, not TPUs"),
+        ("runner: vertex\n  custom_job: {boot_disk_type: pd-balanced}", "key 'resources.custom_job.boot_disk_type'"),
+        ("strategy: spot", "resources.strategy spot applies to CustomJob replicas (resources.runner: vertex)"),
+        (
+            "runner: vertex\n  strategy: spot\n  custom_job: {restart_job_on_worker_restart: false}",
+            "resources.strategy spot needs resources.custom_job.restart_job_on_worker_restart true",
+        ),
+        (
+            "runner: vertex\n  strategy: spot\n  custom_job: {max_wait_s: 600}",
+            "resources.custom_job.max_wait_s applies to resources.strategy flex_start, not spot",
+        ),
+        ("runner: vertex\n  strategy: preemptible", "key 'resources.strategy'"),
+    ],
+)
 def test_bad_vertex_resources_are_refused_at_compile_time(tmp_path, capsys, resources, message):
     config, out = tmp_path / "config.yaml", tmp_path / "pipeline.yaml"
     config.write_text(f"resources:\n  {resources}\n")
@@ -177,10 +205,13 @@ def test_bad_vertex_resources_are_refused_at_compile_time(tmp_path, capsys, reso
     assert not out.exists()
 
 
-@pytest.mark.parametrize(("resources", "strategy", "max_wait"), [
-    ("strategy: spot", "SPOT", "86400s"),
-    ("strategy: flex_start\n  custom_job: {max_wait_s: 3600}", "FLEX_START", "3600s"),
-])
+@pytest.mark.parametrize(
+    ("resources", "strategy", "max_wait"),
+    [
+        ("strategy: spot", "SPOT", "86400s"),
+        ("strategy: flex_start\n  custom_job: {max_wait_s: 3600}", "FLEX_START", "3600s"),
+    ],
+)
 def test_spot_and_flex_start_reach_the_compiled_custom_jobs(tmp_path, resources, strategy, max_wait):
     spec = _compile(tmp_path, f"resources:\n  runner: vertex\n  world_size: 2\n  {resources}\n")
     for step in MULTI_WORKER:
@@ -201,7 +232,11 @@ def test_a_run_whose_config_asks_for_another_layout_is_refused_naming_both():
     cases = [
         (config, 2, "compiled for runner vertex with 2 replica(s), but the run's config asks for runner vertex with 4 replica(s)"),
         (config, 0, "compiled for runner local, but the run's config asks for runner vertex with 4 replica(s)"),
-        (apply_overrides(config, {"resources.runner": "local"}), 4, "compiled for runner vertex with 4 replica(s), but the run's config asks for runner local"),
+        (
+            apply_overrides(config, {"resources.runner": "local"}),
+            4,
+            "compiled for runner vertex with 4 replica(s), but the run's config asks for runner local",
+        ),
     ]
     for run_config, replicas, message in cases:
         with pytest.raises(GnnflowError, match="compile again with gnnflow compile --config") as error:
@@ -244,8 +279,15 @@ def test_the_replicas_the_compiled_job_describes_run_the_step_together(tmp_path,
         container = pool["container_spec"]
         args = [json.dumps(task_input) if arg == "{{$.json_escape[1]}}" else arg for arg in container["args"]]
         cluster_spec = json.dumps({"cluster": cluster, "task": {"type": f"workerpool{index}", "index": 0}})
-        replicas.append(subprocess.Popen([*container["command"], *args], env={**environment, "CLUSTER_SPEC": cluster_spec},
-                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        replicas.append(
+            subprocess.Popen(
+                [*container["command"], *args],
+                env={**environment, "CLUSTER_SPEC": cluster_spec},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     try:
         logs = [replica.communicate(timeout=300)[0] for replica in replicas]
     finally:

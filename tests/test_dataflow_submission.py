@@ -54,17 +54,30 @@ def dataflow_config(tmp_path, bucket: str, endpoint: str, **dataflow: object) ->
     for table in (*raw["graph"]["nodes"], *raw["graph"]["edges"]):
         table["uri"] = str(tmp_path / "tables" / table["uri"])
     # The REST transport is chosen for endpoints naming localhost (Beam's rule).
-    settings = {"project": PROJECT, "region": REGION, "temp_location": f"gs://{bucket}/tmp",
-                "dataflow_endpoint": endpoint.replace("127.0.0.1", "localhost"), **dataflow}
+    settings = {
+        "project": PROJECT,
+        "region": REGION,
+        "temp_location": f"gs://{bucket}/tmp",
+        "dataflow_endpoint": endpoint.replace("127.0.0.1", "localhost"),
+        **dataflow,
+    }
     raw["preprocess"] = {"engine": "beam", "beam": {"runner": "dataflow", "dataflow": settings}}
     return raw
 
 
 def test_job_request_names_image_workers_and_options(tmp_path, gcs_bucket, done_recorder):
     raw = dataflow_config(
-        tmp_path, gcs_bucket, done_recorder.url, machine_type="n2-highmem-8", num_workers=3, max_num_workers=40,
-        disk_size_gb=200, service_account="etl@proj.iam.gserviceaccount.com", network="vpc",
-        subnetwork="regions/europe-west4/subnetworks/etl", use_public_ips=False,
+        tmp_path,
+        gcs_bucket,
+        done_recorder.url,
+        machine_type="n2-highmem-8",
+        num_workers=3,
+        max_num_workers=40,
+        disk_size_gb=200,
+        service_account="etl@proj.iam.gserviceaccount.com",
+        network="vpc",
+        subnetwork="regions/europe-west4/subnetworks/etl",
+        use_public_ips=False,
     )
     output = f"gs://{gcs_bucket}/run/preprocessed"
     # The recorder reports the job done though no worker ran: the step says so and publishes nothing.
@@ -122,7 +135,10 @@ def test_stopped_step_cancels_its_job(tmp_path, gcs_bucket, running_recorder):
     output = f"gs://{gcs_bucket}/run/preprocessed"
     step = subprocess.Popen(
         [sys.executable, "-m", "components.preprocess", "--config", str(config), "--output", output, "--image", IMAGE],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
     )
     try:
         deadline = time.monotonic() + 120

@@ -24,6 +24,8 @@ from components.gnn.device import (
 )
 from components.runtime.launcher import WorkerContext, WorkerFailed, launch
 
+pytestmark = pytest.mark.multiworker
+
 NO_GPU = CudaProbe(available=False, device_count=0)
 TWO_GPUS = CudaProbe(available=True, device_count=2, visible_devices="2,3")
 MINIMAL = "graph:\n  nodes: [{uri: n.csv, label_column: y}]\n  edges: [{uri: e.csv}]\n"
@@ -150,7 +152,9 @@ def test_types_without_feature_values_are_held_on_the_host_when_features_go_to_t
     features = {"paper": torch.rand(4, 3), "word": torch.zeros(5, 0), "venue": torch.zeros(0, 2)}
     id2idx = {"paper": None, "word": None, "venue": None}
     assert empty_feature_types(features) == ["word", "venue"]
-    gpu = resolve_placement(TrainingSpec(device="cuda", replace=True, gpu_feature_fraction=0.0), local_rank=0, local_world_size=1, probe=TWO_GPUS)
+    gpu = resolve_placement(
+        TrainingSpec(device="cuda", replace=True, gpu_feature_fraction=0.0), local_rank=0, local_world_size=1, probe=TWO_GPUS
+    )
     glt_stores = {t: f"GLT's store of {t}" for t in features}
     stores = _on_host_where_empty(glt_stores, features, id2idx, gpu)
     assert stores["paper"] == "GLT's store of paper"

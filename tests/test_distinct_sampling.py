@@ -13,11 +13,13 @@ import yaml
 
 from components.config import parse_config
 from components.gnn.distinct_sampling import draw_distinct
-from components.runtime.launcher import launch
 from components.partition.step import partition
 from components.preprocess.step import preprocess
+from components.runtime.launcher import launch
 from components.serialize.step import serialize
 from tests.sampling_workers import draw_epochs
+
+pytestmark = pytest.mark.multiworker
 
 NODES = 160
 FAN_OUTS = [4, 3]  # degrees span below k, up to 4k (sorted keys) and beyond (rejection)

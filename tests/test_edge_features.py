@@ -21,6 +21,8 @@ from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.train.step import train
 
+pytestmark = pytest.mark.multiworker
+
 LABELLED, ANCHORS = 1200, 40  # anchors: the unlabelled neighbours that carry a class in their features
 
 
@@ -28,18 +30,26 @@ def write_marked_graph(folder: pathlib.Path, seed: int = 0) -> dict[str, pathlib
     rng = np.random.default_rng(seed)
     anchor_class = np.arange(ANCHORS) % 2
     labelled = pd.DataFrame({"node_id": [f"n{i}" for i in range(LABELLED)], "label": "", "f0": 0.0, "f1": 0.0})
-    anchors = pd.DataFrame({"node_id": [f"a{i}" for i in range(ANCHORS)], "label": "",
-                            "f0": (anchor_class == 0).astype(float), "f1": (anchor_class == 1).astype(float)})
+    anchors = pd.DataFrame(
+        {
+            "node_id": [f"a{i}" for i in range(ANCHORS)],
+            "label": "",
+            "f0": (anchor_class == 0).astype(float),
+            "f1": (anchor_class == 1).astype(float),
+        }
+    )
     first = rng.choice(np.flatnonzero(anchor_class == 0), LABELLED)
     second = rng.choice(np.flatnonzero(anchor_class == 1), LABELLED)
     marked_first = rng.random(LABELLED) < 0.5
     labelled["label"] = np.where(marked_first, "class_0", "class_1")
     noise = rng.normal(0, 0.1, (2, LABELLED))
-    edges = pd.DataFrame({
-        "src": np.concatenate([labelled["node_id"], labelled["node_id"]]),
-        "dst": np.concatenate([[f"a{i}" for i in first], [f"a{i}" for i in second]]),
-        "mark": np.concatenate([np.where(marked_first, 1.0, -1.0) + noise[0], np.where(marked_first, -1.0, 1.0) + noise[1]]),
-    })
+    edges = pd.DataFrame(
+        {
+            "src": np.concatenate([labelled["node_id"], labelled["node_id"]]),
+            "dst": np.concatenate([[f"a{i}" for i in first], [f"a{i}" for i in second]]),
+            "mark": np.concatenate([np.where(marked_first, 1.0, -1.0) + noise[0], np.where(marked_first, -1.0, 1.0) + noise[1]]),
+        }
+    )
     folder.mkdir(parents=True, exist_ok=True)
     tables = {"nodes": folder / "nodes.csv", "edges": folder / "edges.csv"}
     pd.concat([labelled, anchors]).to_csv(tables["nodes"], index=False)
@@ -51,17 +61,33 @@ def marked_config(tables: dict[str, pathlib.Path], *, edge_features: bool) -> Gn
     edge = {"type": "link", "uri": str(tables["edges"])}
     if edge_features:
         edge["features"] = [{"columns": ["mark"], "transform": "passthrough"}]
-    return GnnflowConfig.model_validate({
-        "graph": {"nodes": [{"type": "node", "uri": str(tables["nodes"]), "label_column": "label",
-                             "features": [{"columns": ["f0", "f1"], "transform": "passthrough"}]}],
-                  "edges": [edge]},
-        "task": {"split": {"train": 0.6, "val": 0.2, "test": 0.2, "seed": 0}},
-        "serialize": {"num_shards": 2},
-        "resources": {"world_size": 2},
-        "model": {"type": "gat", "num_layers": 1, "hidden_channels": 16, "attention_heads": 2, "dropout": 0.0},
-        "training": {"epochs": 40, "batch_size": 128, "fan_outs": [2], "learning_rate": 0.02, "weight_decay": 0.0,
-                     "early_stopping_patience": None},
-    })
+    return GnnflowConfig.model_validate(
+        {
+            "graph": {
+                "nodes": [
+                    {
+                        "type": "node",
+                        "uri": str(tables["nodes"]),
+                        "label_column": "label",
+                        "features": [{"columns": ["f0", "f1"], "transform": "passthrough"}],
+                    }
+                ],
+                "edges": [edge],
+            },
+            "task": {"split": {"train": 0.6, "val": 0.2, "test": 0.2, "seed": 0}},
+            "serialize": {"num_shards": 2},
+            "resources": {"world_size": 2},
+            "model": {"type": "gat", "num_layers": 1, "hidden_channels": 16, "attention_heads": 2, "dropout": 0.0},
+            "training": {
+                "epochs": 40,
+                "batch_size": 128,
+                "fan_outs": [2],
+                "learning_rate": 0.02,
+                "weight_decay": 0.0,
+                "early_stopping_patience": None,
+            },
+        }
+    )
 
 
 @pytest.mark.parametrize("edge_features", [True, False], ids=["with-edge-features", "without"])

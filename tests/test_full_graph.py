@@ -23,15 +23,17 @@ from components.config import GnnflowConfig, ModelSpec, parse_config
 from components.errors import GnnflowError
 from components.infer.restore import restore_model
 from components.infer.step import infer
-from components.runtime.launcher import launch
-from components.partition.step import partition
 from components.partition.output import read_metadata, read_original_ids, read_partition
+from components.partition.step import partition
 from components.preprocess.step import preprocess
+from components.runtime.launcher import launch
 from components.serialize.step import serialize
 from components.train.step import train
-from tests.train_kill import kill_a_worker_then_resume
 from tests.full_graph_workers import classifier, full_graph_pass
 from tests.test_citeseer import citeseer_graph, needs_citeseer
+from tests.train_kill import kill_a_worker_then_resume
+
+pytestmark = pytest.mark.multiworker
 
 TOLERANCE = 1e-5
 SPECS = {
@@ -55,9 +57,15 @@ def small_case(counts: list[int], edge_assignment: str, block_rows: int, models:
         torch.manual_seed(len(models_with_weights))
         models_with_weights[name] = (SPECS[name], classifier(SPECS[name], in_dim, n, num_classes).state_dict())
     return {
-        "counts": counts, "edge_assignment": edge_assignment, "block_rows": block_rows, "num_classes": num_classes,
-        "edge_index": edge_index, "x": torch.randn(n, in_dim, generator=g), "y": torch.randint(0, num_classes, (n,), generator=g),
-        "train": torch.rand(n, generator=g) < 0.5, "models": models_with_weights,
+        "counts": counts,
+        "edge_assignment": edge_assignment,
+        "block_rows": block_rows,
+        "num_classes": num_classes,
+        "edge_index": edge_index,
+        "x": torch.randn(n, in_dim, generator=g),
+        "y": torch.randint(0, num_classes, (n,), generator=g),
+        "train": torch.rand(n, generator=g) < 0.5,
+        "models": models_with_weights,
     }
 
 
@@ -156,13 +164,27 @@ def _raw_config(**sections) -> dict:
     [
         ({"model": {"type": "gat"}}, "training.mode full_graph supports model.type graphsage or gcn, not gat"),
         ({"task": {"type": "link_prediction"}}, "training.mode full_graph supports task.type node_classification, not link_prediction"),
-        ({"graph": {"nodes": [{"type": "paper", "uri": "n.csv", "label_column": "label", "features": [{"columns": ["f*"]}]},
-                              {"type": "author", "uri": "a.csv", "features": [{"columns": ["g*"]}]}],
-                    "edges": [{"type": "writes", "uri": "w.csv", "src_type": "author", "dst_type": "paper"}]}},
-         "training.mode full_graph supports homogeneous graphs (one node type, one edge type); this config has 2 node types"),
-        ({"graph": {"nodes": [{"type": "paper", "uri": "n.csv", "label_column": "label"}],
-                    "edges": [{"type": "cites", "uri": "e.csv", "src_type": "paper", "dst_type": "paper"}]}},
-         "training.mode full_graph needs node features; node type 'paper' has none"),
+        (
+            {
+                "graph": {
+                    "nodes": [
+                        {"type": "paper", "uri": "n.csv", "label_column": "label", "features": [{"columns": ["f*"]}]},
+                        {"type": "author", "uri": "a.csv", "features": [{"columns": ["g*"]}]},
+                    ],
+                    "edges": [{"type": "writes", "uri": "w.csv", "src_type": "author", "dst_type": "paper"}],
+                }
+            },
+            "training.mode full_graph supports homogeneous graphs (one node type, one edge type); this config has 2 node types",
+        ),
+        (
+            {
+                "graph": {
+                    "nodes": [{"type": "paper", "uri": "n.csv", "label_column": "label"}],
+                    "edges": [{"type": "cites", "uri": "e.csv", "src_type": "paper", "dst_type": "paper"}],
+                }
+            },
+            "training.mode full_graph needs node features; node type 'paper' has none",
+        ),
     ],
 )
 def test_config_refuses_what_full_graph_cannot_train(update, message):

@@ -182,6 +182,6 @@ def test_emulator_stops_and_frees_its_port() -> None:
         url = emulator.url
         emulator.create_bucket("standalone")
     with pytest.raises(RuntimeError):
-        emulator.url
+        _ = emulator.url
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2)

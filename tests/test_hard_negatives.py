@@ -32,6 +32,8 @@ from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.train.step import train
 
+pytestmark = pytest.mark.multiworker
+
 KEYS, PER_SIDE, LINKS_PER_NODE, HARD_PER_ANCHOR = 32, 12, 4, 4
 MARGIN = 0.15
 
@@ -70,22 +72,34 @@ def write_side_rule_graph(folder: pathlib.Path, seed: int = 0) -> dict[str, path
 
 def side_rule_config(tables: dict[str, pathlib.Path], negatives: list[str], seed: int) -> GnnflowConfig:
     edge = {"src_type": "node", "dst_type": "node", "split_column": "split"}
-    return GnnflowConfig.model_validate({
-        "graph": {
-            "nodes": [{"type": "node", "uri": str(tables["nodes"]), "features": [{"columns": ["k*", "side"], "transform": "passthrough"}]}],
-            "edges": [
-                {"type": "link", "uri": str(tables["links"])},
-                {"type": "link_positive", "uri": str(tables["positives"]), "role": "positive_label", **edge},
-                {"type": "link_hard", "uri": str(tables["hard"]), "role": "negative_label", **edge},
-            ],
-        },
-        "task": {"type": "link_prediction", "target": "link"},
-        "serialize": {"num_shards": 2},
-        "resources": {"world_size": 2},
-        "model": {"hidden_channels": 32, "dropout": 0.0, "decoder": "mlp"},
-        "training": {"epochs": 12, "batch_size": 128, "learning_rate": 0.01, "weight_decay": 0.0, "fan_outs": [5, 5],
-                     "early_stopping_patience": None, "negatives": negatives, "seed": seed},
-    })
+    return GnnflowConfig.model_validate(
+        {
+            "graph": {
+                "nodes": [
+                    {"type": "node", "uri": str(tables["nodes"]), "features": [{"columns": ["k*", "side"], "transform": "passthrough"}]}
+                ],
+                "edges": [
+                    {"type": "link", "uri": str(tables["links"])},
+                    {"type": "link_positive", "uri": str(tables["positives"]), "role": "positive_label", **edge},
+                    {"type": "link_hard", "uri": str(tables["hard"]), "role": "negative_label", **edge},
+                ],
+            },
+            "task": {"type": "link_prediction", "target": "link"},
+            "serialize": {"num_shards": 2},
+            "resources": {"world_size": 2},
+            "model": {"hidden_channels": 32, "dropout": 0.0, "decoder": "mlp"},
+            "training": {
+                "epochs": 12,
+                "batch_size": 128,
+                "learning_rate": 0.01,
+                "weight_decay": 0.0,
+                "fan_outs": [5, 5],
+                "early_stopping_patience": None,
+                "negatives": negatives,
+                "seed": seed,
+            },
+        }
+    )
 
 
 @pytest.fixture(scope="module")

@@ -139,7 +139,10 @@ def test_author_votes_predict_the_class(graph: HeteroDemoGraph) -> None:
 def test_written_tables_read_back_unchanged(graph: HeteroDemoGraph, tmp_path: pathlib.Path) -> None:
     paths = write_hetero_demo_graph(graph, tmp_path)
     assert {name: p.name for name, p in paths.items()} == {
-        "papers": PAPERS_FILE, "authors": AUTHORS_FILE, "cites": CITES_FILE, "writes": WRITES_FILE,
+        "papers": PAPERS_FILE,
+        "authors": AUTHORS_FILE,
+        "cites": CITES_FILE,
+        "writes": WRITES_FILE,
     }
     for name, path in paths.items():
         pd.testing.assert_frame_equal(pd.read_csv(path), getattr(graph, name), check_dtype=False)

@@ -17,22 +17,23 @@ import torch
 from components import storage
 from components.config import GnnflowConfig
 from components.demo.graph import generate_demo_graph, write_demo_graph
-from components.errors import GnnflowError
 from components.demo.hetero_graph import generate_hetero_demo_graph, write_hetero_demo_graph
+from components.errors import GnnflowError
 from components.infer.__main__ import main as infer_main
 from components.infer.layerwise import aggregation_edges
 from components.infer.restore import restore_model
 from components.infer.sampled import sampling_types
 from components.infer.step import infer
-from components.runtime.launcher import WorkerContext, launch
-from components.partition.output import hash_owner
+from components.partition.output import METADATA_FILE, PartitionMetadata, hash_owner, read_metadata, read_original_ids, read_partition
 from components.partition.step import partition
-from components.partition.output import METADATA_FILE, PartitionMetadata, read_metadata, read_original_ids, read_partition
 from components.preprocess.step import preprocess
+from components.runtime.launcher import WorkerContext, launch
 from components.serialize.step import serialize
 from components.tables.proposal import propose_config
 from components.train.step import train
 from tests.link_eval_workers import score_test_edges
+
+pytestmark = pytest.mark.multiworker
 
 NUM_NODES = 1500
 TEST = 2  # split code
@@ -54,19 +55,25 @@ def run_pipeline(config: GnnflowConfig, root: pathlib.Path, target: str, node_id
     serialize(config, run / "preprocessed", run / "tfrecords")
     partition(run / "tfrecords", run / "partitions", config.partition, world_size=2)
     train(config, run / "partitions", run / "model")
-    id_map = pd.concat(pq.read_table(io.BytesIO(preprocessed.read_bytes(p))).to_pandas() for p in preprocessed.files_under(f"id_maps/{target}"))
-    splits = pd.concat(pq.read_table(io.BytesIO(preprocessed.read_bytes(p)), columns=["node_id", "split"]).to_pandas()
-                       for p in preprocessed.files_under(f"nodes/{target}"))
+    id_map = pd.concat(
+        pq.read_table(io.BytesIO(preprocessed.read_bytes(p))).to_pandas() for p in preprocessed.files_under(f"id_maps/{target}")
+    )
+    splits = pd.concat(
+        pq.read_table(io.BytesIO(preprocessed.read_bytes(p)), columns=["node_id", "split"]).to_pandas()
+        for p in preprocessed.files_under(f"nodes/{target}")
+    )
     original = id_map.set_index("node_id")["original_id"]
     test_ids = set(original[splits.loc[splits["split"] == TEST, "node_id"]].astype(str))
     return Trained(root, config, node_ids, labels, test_ids)
 
 
 def few_epochs(config: GnnflowConfig) -> GnnflowConfig:
-    return config.model_copy(update={
-        "training": config.training.model_copy(update={"epochs": 5, "early_stopping_patience": None}),
-        "resources": config.resources.model_copy(update={"world_size": 2}),
-    })
+    return config.model_copy(
+        update={
+            "training": config.training.model_copy(update={"epochs": 5, "early_stopping_patience": None}),
+            "resources": config.resources.model_copy(update={"world_size": 2}),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +82,17 @@ def trained(tmp_path_factory) -> Trained:
     root = tmp_path_factory.mktemp("infer")
     demo = generate_demo_graph(NUM_NODES)
     nodes, edges = write_demo_graph(demo, root / "data")
-    config = few_epochs(propose_config(str(nodes), str(edges), id_column="node_id", src_column="src", dst_column="dst",
-                                       label_column="label", output_root=str(root / "run")))
+    config = few_epochs(
+        propose_config(
+            str(nodes),
+            str(edges),
+            id_column="node_id",
+            src_column="src",
+            dst_column="dst",
+            label_column="label",
+            output_root=str(root / "run"),
+        )
+    )
     labels = demo.nodes.set_index("node_id")["label"]
     return run_pipeline(config, root, "node", {"node": list(labels.index)}, labels)
 
@@ -171,15 +187,31 @@ def test_heterogeneous_sampled_embeds_every_type(tmp_path):
     raw = {
         "graph": {
             "nodes": [
-                {"type": "paper", "uri": str(tables["papers"]), "id_column": "paper_id", "label_column": "label",
-                 "features": [{"columns": ["w*"]}]},
-                {"type": "author", "uri": str(tables["authors"]), "id_column": "author_id",
-                 "features": [{"columns": ["h_index"], "transform": "standardize"}, {"columns": ["field"], "transform": "one_hot"}]},
+                {
+                    "type": "paper",
+                    "uri": str(tables["papers"]),
+                    "id_column": "paper_id",
+                    "label_column": "label",
+                    "features": [{"columns": ["w*"]}],
+                },
+                {
+                    "type": "author",
+                    "uri": str(tables["authors"]),
+                    "id_column": "author_id",
+                    "features": [{"columns": ["h_index"], "transform": "standardize"}, {"columns": ["field"], "transform": "one_hot"}],
+                },
             ],
             "edges": [
                 {"type": "cites", "uri": str(tables["cites"]), "src_type": "paper", "dst_type": "paper"},
-                {"type": "writes", "uri": str(tables["writes"]), "src_column": "author_id", "dst_column": "paper_id",
-                 "src_type": "author", "dst_type": "paper", "undirected": False},
+                {
+                    "type": "writes",
+                    "uri": str(tables["writes"]),
+                    "src_column": "author_id",
+                    "dst_column": "paper_id",
+                    "src_type": "author",
+                    "dst_type": "paper",
+                    "undirected": False,
+                },
             ],
         },
         "task": {"type": "node_classification", "target": "paper"},
@@ -201,8 +233,17 @@ def test_link_prediction_exact_on_destination_partitions(tmp_path):
     """Link prediction with edges assigned by destination: exact embeddings equal a full-graph
     pass over the training edges only (messages flow src → dst), and the test edges are scored."""
     nodes, edges = write_demo_graph(generate_demo_graph(600), tmp_path / "data")
-    config = few_epochs(propose_config(str(nodes), str(edges), id_column="node_id", src_column="src", dst_column="dst",
-                                       task="link_prediction", output_root=str(tmp_path / "run")))
+    config = few_epochs(
+        propose_config(
+            str(nodes),
+            str(edges),
+            id_column="node_id",
+            src_column="src",
+            dst_column="dst",
+            task="link_prediction",
+            output_root=str(tmp_path / "run"),
+        )
+    )
     config = config.model_copy(update={"partition": config.partition.model_copy(update={"edge_assignment": "dst"})})
     run = tmp_path / "run"
     preprocessed = preprocess(config, run / "preprocessed")
@@ -226,8 +267,10 @@ def test_link_prediction_exact_on_destination_partitions(tmp_path):
     written = torch.tensor(np.stack(table.loc[originals, "embedding"].to_numpy()))
     assert torch.allclose(written, z, atol=1e-4), float((written - z).abs().max())
     metrics = published.read_json("metrics.json")
-    test_edges = sum(int((pq.read_table(io.BytesIO(preprocessed.read_bytes(f)), columns=["split"]).column("split").to_numpy() == TEST).sum())
-                     for f in preprocessed.files_under("edges/node__edge__node"))
+    test_edges = sum(
+        int((pq.read_table(io.BytesIO(preprocessed.read_bytes(f)), columns=["split"]).column("split").to_numpy() == TEST).sum())
+        for f in preprocessed.files_under("edges/node__edge__node")
+    )
     assert metrics["test_count"] == test_edges > 0
     assert 0.5 < metrics["test_roc_auc"] <= 1 and 0 < metrics["test_mrr"] <= 1 and 0 <= metrics["test_hits@10"] <= 1
 
@@ -254,8 +297,9 @@ def test_exact_mode_on_a_heterogeneous_graph_is_refused(trained, tmp_path):
     graph["node_types"]["author"] = {**graph["node_types"]["node"], "name": "author", "label_vocabulary": None}
     edge = graph["edge_types"]["node__edge__node"]
     graph["edge_types"]["author__wrote__node"] = {**edge, "src_type": "author", "relation": "wrote", "undirected": False}
-    hetero = PartitionMetadata(2, "src", {**real.node_counts, "author": real.node_counts["node"]},
-                               {**real.edge_counts, "author__wrote__node": [0, 0]}, graph)
+    hetero = PartitionMetadata(
+        2, "src", {**real.node_counts, "author": real.node_counts["node"]}, {**real.edge_counts, "author__wrote__node": [0, 0]}, graph
+    )
     with storage.staged_output(tmp_path / "parts", "partition") as staging:
         staging.write_bytes(METADATA_FILE, hetero.to_json().encode())
         staging.publish()

@@ -18,6 +18,8 @@ from components.serialize.step import serialize
 from components.tables.proposal import propose_config
 from components.train.step import train
 
+pytestmark = pytest.mark.multiworker
+
 NUM_NODES = 300
 
 
@@ -25,8 +27,9 @@ NUM_NODES = 300
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("one_worker")
     nodes, edges = write_demo_graph(generate_demo_graph(NUM_NODES), root / "data")
-    config = propose_config(str(nodes), str(edges), id_column="node_id", src_column="src", dst_column="dst",
-                            label_column="label", output_root=str(root))
+    config = propose_config(
+        str(nodes), str(edges), id_column="node_id", src_column="src", dst_column="dst", label_column="label", output_root=str(root)
+    )
     config = apply_overrides(config, {"training.epochs": 3, "resources.world_size": 1})
     preprocess(config, root / "pre")
     serialize(config, root / "pre", root / "tfr")

@@ -17,9 +17,15 @@ from components.tables.proposal import propose_config
 from pipelines.kfp_local import run_from_cli, run_via_kfp_local
 from pipelines.local_run import DEMO_NODES as BUNDLED_DEMO_NODES
 
+pytestmark = pytest.mark.multiworker
+
 OUTPUT_STEPS = {  # pipeline output → the step whose published output it is
-    "preprocessed": "preprocess", "tfrecords": "serialize", "partitions": "partition",
-    "model": "train", "embeddings": "infer", "report": "report",
+    "preprocessed": "preprocess",
+    "tfrecords": "serialize",
+    "partitions": "partition",
+    "model": "train",
+    "embeddings": "infer",
+    "report": "report",
 }
 DEMO_NODES = 1_500
 FAST = {"resources.world_size": 2, "training.epochs": 4, "training.fan_outs": [5, 5], "training.batch_size": 256}
@@ -27,8 +33,17 @@ FAST = {"resources.world_size": 2, "training.epochs": 4, "training.fan_outs": [5
 
 def _demo_config(folder) -> GnnflowConfig:
     nodes, edges = write_demo_graph(generate_demo_graph(DEMO_NODES), folder / "data")
-    config = propose_config(str(nodes), str(edges), id_column="node_id", src_column="src", dst_column="dst",
-                            label_column="label", node_type="paper", relation="cites", output_root=str(folder / "unused"))
+    config = propose_config(
+        str(nodes),
+        str(edges),
+        id_column="node_id",
+        src_column="src",
+        dst_column="dst",
+        label_column="label",
+        node_type="paper",
+        relation="cites",
+        output_root=str(folder / "unused"),
+    )
     return apply_overrides(config, FAST)
 
 

@@ -19,6 +19,8 @@ from components.errors import GnnflowError
 from components.runtime.launcher import ClusterSpec, WorkerFailed, cluster_from_environment, launch
 from tests.launcher_workers import all_reduce_rank, fail_or_wait, glt_rpc_round
 
+pytestmark = pytest.mark.multiworker
+
 LOCAL: dict[str, str] = {}  # an environment with no cluster variables: a local run
 REPO = Path(__file__).resolve().parents[1]
 
@@ -70,8 +72,10 @@ def test_two_workers_all_reduce_and_return_results_by_rank(monkeypatch) -> None:
     results = launch(all_reduce_rank, (), world_size=2, environ=LOCAL)
 
     # Workers run with few glibc arenas (their idle per-thread arenas were ~10% of a trainer's peak).
-    assert results == [{"rank": 0, "world_size": 2, "sum": 3, "malloc_arenas": "2"},
-                       {"rank": 1, "world_size": 2, "sum": 3, "malloc_arenas": "2"}]
+    assert results == [
+        {"rank": 0, "world_size": 2, "sum": 3, "malloc_arenas": "2"},
+        {"rank": 1, "world_size": 2, "sum": 3, "malloc_arenas": "2"},
+    ]
 
 
 @pytest.mark.parametrize(
@@ -82,9 +86,7 @@ def test_two_workers_all_reduce_and_return_results_by_rank(monkeypatch) -> None:
         ("exit", ["rank 1", "exited with code 3"]),
     ],
 )
-def test_a_failed_worker_stops_the_step_and_leaves_nothing_behind(
-    failure: str, expected: list[str], tmp_path: Path
-) -> None:
+def test_a_failed_worker_stops_the_step_and_leaves_nothing_behind(failure: str, expected: list[str], tmp_path: Path) -> None:
     shm_before = set(os.listdir("/dev/shm"))
 
     with pytest.raises(WorkerFailed) as raised:

@@ -20,17 +20,19 @@ from components.gnn.link_labels import target_edge_names, training_edges
 from components.gnn.link_task import in_batch_negatives
 from components.infer.retrieval_metrics import candidate_ranks
 from components.infer.step import infer
-from components.runtime.launcher import launch
 from components.partition.output import STEP as PARTITION_STEP
-from components.partition.step import partition
 from components.partition.output import read_original_ids, read_partition
+from components.partition.step import partition
 from components.preprocess.step import preprocess
+from components.runtime.launcher import launch
 from components.schema import SPLIT_CODES
 from components.serialize.step import serialize
 from components.train.step import train
 from tests.hetero_citeseer import hetero_link_config, with_label_tables, write_hetero_citeseer, write_label_tables
 from tests.link_label_workers import held_out_positives_in_messages
 from tests.test_citeseer import needs_citeseer, require_citeseer
+
+pytestmark = pytest.mark.multiworker
 
 # Chance is 0.5. GraphSAGE with the MLP decoder reached 0.92 on this split (0.83 with the dot product).
 MIN_TEST_ROC_AUC = 0.85
@@ -111,8 +113,11 @@ def _concat_parquet(output: storage.PublishedOutput, prefix: str) -> pd.DataFram
 def test_retrieval_lists_k_papers_per_paper_and_its_metrics_recompute_from_the_files(tmp_path, hetero_citeseer):
     import faiss
 
-    raw = hetero_link_config(hetero_citeseer.tables, model={"decoder": "dot", "dropout": 0.1},
-                             retrieval={"k": 10, "exact_below": 0, "recall_sample_fraction": 0.2})
+    raw = hetero_link_config(
+        hetero_citeseer.tables,
+        model={"decoder": "dot", "dropout": 0.1},
+        retrieval={"k": 10, "exact_below": 0, "recall_sample_fraction": 0.2},
+    )
     raw["training"] |= {"epochs": 15, "early_stopping_patience": None}
     config = GnnflowConfig.model_validate(raw)
     parts = hetero_citeseer.root.join("parts")
@@ -149,8 +154,9 @@ def test_retrieval_lists_k_papers_per_paper_and_its_metrics_recompute_from_the_f
     assert found.mean() > 5 * 10 / 3326  # well above 10 random papers (0.043 after these 15 epochs)
 
     # The index shards are what a serving system loads: every paper once, row → original id.
-    loaded = [faiss.deserialize_index(np.frombuffer(output.read_bytes(f"retrieval/index/part-{i:05d}.faiss"), dtype=np.uint8))
-              for i in range(2)]
+    loaded = [
+        faiss.deserialize_index(np.frombuffer(output.read_bytes(f"retrieval/index/part-{i:05d}.faiss"), dtype=np.uint8)) for i in range(2)
+    ]
     ids = _concat_parquet(output, "retrieval/index/")
     assert sum(index.ntotal for index in loaded) == len(ids) == len(papers) and set(ids["node_id"]) == set(papers)
 
@@ -161,8 +167,9 @@ def labelled_citeseer(hetero_citeseer) -> Partitioned:
     positive_label table (split 70/10/20) and a negative_label table (5 hard negatives per
     citing paper and split; see write_label_tables)."""
     tables = write_label_tables(pathlib.Path(hetero_citeseer.root.join("labels").path), hetero_citeseer.tables)
-    return _partitioned(with_label_tables(hetero_link_config(tables), tables), hetero_citeseer.root.join("labelled"), tables,
-                        "paper__cites_positive__paper")
+    return _partitioned(
+        with_label_tables(hetero_link_config(tables), tables), hetero_citeseer.root.join("labelled"), tables, "paper__cites_positive__paper"
+    )
 
 
 @needs_citeseer

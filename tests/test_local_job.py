@@ -21,6 +21,8 @@ from pipelines.cli import main as gnnflow
 from pipelines.local_job.spec import custom_job_tasks, read_job_task
 from pipelines.local_run import run as gnnflow_run
 
+pytestmark = pytest.mark.multiworker
+
 IMAGE = "localhost/gnnflow/step:test"
 FAST = {"training.epochs": 3, "training.fan_outs": [5, 5], "training.batch_size": 256, "resources.world_size": 2}
 

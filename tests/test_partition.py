@@ -20,14 +20,16 @@ import torch
 from components import storage
 from components.config import PartitionSpec, load_config
 from components.errors import GnnflowError
-from components.runtime.launcher import launch
 from components.partition.loading import assign_shards, load_graph
-from components.partition.step import partition
 from components.partition.output import read_metadata, read_partition
+from components.partition.step import partition
 from components.preprocess.step import preprocess
+from components.runtime.launcher import launch
 from components.serialize.step import read_graph_metadata, serialize
 from tests.partition_workers import sample_and_check
 from tests.test_citeseer import citeseer_graph, require_citeseer
+
+pytestmark = pytest.mark.multiworker
 
 NODE, EDGE = "paper", "paper__cites__paper"
 
@@ -56,8 +58,11 @@ def whole_graph(serialized: storage.PublishedOutput) -> dict:
     eorder = torch.argsort(edges["edge_id"])
     id_map = pd.concat([pd.read_parquet(io.BytesIO(serialized.read_bytes(rel))) for rel in metadata.node_types[NODE].id_map_files])
     return {
-        "features": nodes["features"][order], "label": nodes["label"][order], "split": nodes["split"][order],
-        "src": edges["src"][eorder], "dst": edges["dst"][eorder],
+        "features": nodes["features"][order],
+        "label": nodes["label"][order],
+        "split": nodes["split"][order],
+        "src": edges["src"][eorder],
+        "dst": edges["dst"][eorder],
         "original": id_map.sort_values("node_id")["original_id"].astype(str).tolist(),
     }
 
@@ -207,8 +212,19 @@ def test_corrupt_shard(tmp_path, citeseer_tfrecords):
 def test_a_worker_data_error_is_one_line_and_leaks_nothing(tmp_path, citeseer_tfrecords):
     tfr, shard = corrupt_copy(citeseer_tfrecords, tmp_path)
     (tmp_path / "c.yaml").write_text("graph: {nodes: [{uri: x.csv, label_column: y}], edges: [{uri: e.csv}]}\n")
-    command = [sys.executable, "-m", "components.partition", "--input", str(tfr), "--output", str(tmp_path / "parts"),
-               "--world-size", "2", "--config", str(tmp_path / "c.yaml")]
+    command = [
+        sys.executable,
+        "-m",
+        "components.partition",
+        "--input",
+        str(tfr),
+        "--output",
+        str(tmp_path / "parts"),
+        "--world-size",
+        "2",
+        "--config",
+        str(tmp_path / "c.yaml"),
+    ]
     env = os.environ | {"PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
     quiet = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert quiet.returncode == 2
@@ -231,10 +247,25 @@ def test_metadata_that_disagrees_with_the_shards(tmp_path, citeseer_tfrecords):
 
 
 def test_killed_worker_fails_the_step_fast_and_a_rerun_succeeds(tmp_path, citeseer_tfrecords):
-    command = [sys.executable, "-m", "components.partition", "--input", str(citeseer_tfrecords.root),
-               "--output", str(tmp_path / "parts"), "--world-size", "2", "--config", str(tmp_path / "c.yaml")]
-    (tmp_path / "c.yaml").write_text("graph: {nodes: [{uri: x.csv, label_column: y}], edges: [{uri: e.csv}]}\npartition: {load_in_parallel: false}\n")
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONPATH": str(pathlib.Path(__file__).parents[1])})
+    command = [
+        sys.executable,
+        "-m",
+        "components.partition",
+        "--input",
+        str(citeseer_tfrecords.root),
+        "--output",
+        str(tmp_path / "parts"),
+        "--world-size",
+        "2",
+        "--config",
+        str(tmp_path / "c.yaml"),
+    ]
+    (tmp_path / "c.yaml").write_text(
+        "graph: {nodes: [{uri: x.csv, label_column: y}], edges: [{uri: e.csv}]}\npartition: {load_in_parallel: false}\n"
+    )
+    proc = subprocess.Popen(
+        command, stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
+    )
     launcher = psutil.Process(proc.pid)
     deadline = time.monotonic() + 90
     victim = None
@@ -256,19 +287,35 @@ def test_killed_worker_fails_the_step_fast_and_a_rerun_succeeds(tmp_path, citese
 
 
 def test_heterogeneous_graph(tmp_path):
-    (tmp_path / "papers.csv").write_text("pid,topic,year\n" + "".join(f"p{i},{'ml' if i % 2 else 'db'},{2000 + i % 20}\n" for i in range(60)))
+    (tmp_path / "papers.csv").write_text(
+        "pid,topic,year\n" + "".join(f"p{i},{'ml' if i % 2 else 'db'},{2000 + i % 20}\n" for i in range(60))
+    )
     (tmp_path / "authors.csv").write_text("aid,h\n" + "".join(f"a{i},{i % 7}\n" for i in range(40)))
     (tmp_path / "writes.csv").write_text("author,paper,order\n" + "".join(f"a{i % 40},p{(i * 7) % 60},{i % 3}\n" for i in range(120)))
     (tmp_path / "cites.csv").write_text("a,b\n" + "".join(f"p{i % 60},p{(i * 13 + 1) % 60}\n" for i in range(90)))
     raw = {
         "graph": {
             "nodes": [
-                {"type": "paper", "uri": "papers.csv", "id_column": "pid", "label_column": "topic", "features": [{"columns": ["year"], "transform": "standardize"}]},
+                {
+                    "type": "paper",
+                    "uri": "papers.csv",
+                    "id_column": "pid",
+                    "label_column": "topic",
+                    "features": [{"columns": ["year"], "transform": "standardize"}],
+                },
                 {"type": "author", "uri": "authors.csv", "id_column": "aid", "features": [{"columns": ["h"]}]},
             ],
             "edges": [
-                {"type": "writes", "uri": "writes.csv", "src_column": "author", "dst_column": "paper", "src_type": "author", "dst_type": "paper", "undirected": False,
-                 "features": [{"columns": ["order"]}]},
+                {
+                    "type": "writes",
+                    "uri": "writes.csv",
+                    "src_column": "author",
+                    "dst_column": "paper",
+                    "src_type": "author",
+                    "dst_type": "paper",
+                    "undirected": False,
+                    "features": [{"columns": ["order"]}],
+                },
                 {"type": "cites", "uri": "cites.csv", "src_column": "a", "dst_column": "b", "src_type": "paper", "dst_type": "paper"},
             ],
         },

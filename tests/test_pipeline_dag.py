@@ -54,7 +54,9 @@ def _compile(tmp_path, **kwargs) -> dict:
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory) -> dict:
-    return _compile(tmp_path_factory.mktemp("dag"), image=IMAGE, resources=ResourcesSpec.model_validate(yaml.safe_load(RESOURCES_YAML)["resources"]))
+    return _compile(
+        tmp_path_factory.mktemp("dag"), image=IMAGE, resources=ResourcesSpec.model_validate(yaml.safe_load(RESOURCES_YAML)["resources"])
+    )
 
 
 def test_six_tasks_wired_by_typed_artifacts(spec):
@@ -74,11 +76,16 @@ def test_six_tasks_wired_by_typed_artifacts(spec):
 def test_pipeline_parameters_reach_every_task(spec):
     parameters = spec["root"]["inputDefinitions"]["parameters"]
     assert {k: v["parameterType"] for k, v in parameters.items()} == {
-        "config": "STRING", "overrides": "STRING", "data_version": "STRING", "infer_mode": "STRING",
+        "config": "STRING",
+        "overrides": "STRING",
+        "data_version": "STRING",
+        "infer_mode": "STRING",
     }
     assert "defaultValue" not in parameters["config"]  # required
     assert {k: v.get("defaultValue") for k, v in parameters.items() if k != "config"} == {
-        "overrides": "{}", "data_version": "", "infer_mode": "sampled",
+        "overrides": "{}",
+        "data_version": "",
+        "infer_mode": "sampled",
     }
     tasks = spec["root"]["dag"]["tasks"]
     for name, task in tasks.items():
@@ -156,14 +163,17 @@ def test_compile_to_gcs(gcs_bucket):
     assert set(spec["root"]["dag"]["tasks"]) == STEPS
 
 
-@pytest.mark.parametrize(("resources", "key"), [
-    ("requests: {cpu: lots}", "resources.requests.cpu"),
-    ("requests: {memory: 8 GB}", "resources.requests.memory"),
-    ("step_requests: {trian: {cpu: '2'}}", "resources.step_requests.trian"),
-    ("requests: {accelerator_count: 2}", "resources.requests"),
-    ("runner: kubernetes", "resources.runner"),
-    ("cpu: '4'", "resources.cpu"),
-])
+@pytest.mark.parametrize(
+    ("resources", "key"),
+    [
+        ("requests: {cpu: lots}", "resources.requests.cpu"),
+        ("requests: {memory: 8 GB}", "resources.requests.memory"),
+        ("step_requests: {trian: {cpu: '2'}}", "resources.step_requests.trian"),
+        ("requests: {accelerator_count: 2}", "resources.requests"),
+        ("runner: kubernetes", "resources.runner"),
+        ("cpu: '4'", "resources.cpu"),
+    ],
+)
 def test_compile_rejects_bad_resources_naming_the_key(tmp_path, capsys, resources, key):
     config = tmp_path / "config.yaml"
     config.write_text(f"resources:\n  {resources}\n")

@@ -23,6 +23,8 @@ from pipelines.local_run import STATE_FILE
 from tests.test_citeseer import CITESEER, needs_citeseer
 from tests.test_train import NODE_CLASSIFICATION
 
+pytestmark = pytest.mark.multiworker
+
 STEPS = ["preprocess", "serialize", "partition", "train", "infer", "report"]
 
 
@@ -49,8 +51,9 @@ def test_demo_run_publishes_every_step_and_prints_where(demo_run, capsys):
     assert json.loads((demo_run / "report" / "metrics.json").read_text()) == metrics
     assert report.read_bytes("report.html").startswith(b"<!DOCTYPE html>")
     embeddings = storage.open_published(demo_run / "embeddings")
-    ids = pd.concat(pq.read_table(io.BytesIO(embeddings.read_bytes(f))).to_pandas()
-                    for f in embeddings.files_under("embeddings/paper"))["node_id"]
+    ids = pd.concat(pq.read_table(io.BytesIO(embeddings.read_bytes(f))).to_pandas() for f in embeddings.files_under("embeddings/paper"))[
+        "node_id"
+    ]
     assert ids.nunique() == len(ids) == 10_000
     assert set(_ran_and_skipped(demo_run)) == set(STEPS)
 
@@ -76,10 +79,22 @@ def test_rerun_skips_up_to_date_steps_and_reruns_what_changed(demo_run, capsys):
 def test_a_run_stopped_by_sigterm_in_train_exits_75_and_its_rerun_resumes_train_only(demo_run):
     """SIGTERM to `gnnflow run` (a local job's launcher) reaches the trainers, which checkpoint; the
     rerun skips the published steps before train and resumes train from its checkpoint."""
-    command = [sys.executable, "-c", "import sys; from pipelines.cli import main; sys.exit(main())", "run",
-               "--config", str(demo_run / "config.yaml"), "--output", str(demo_run),
-               "--set", "training.epochs=12", "--set", "training.checkpoint_every_batches=4",
-               "--set", "training.early_stopping_patience=null"]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from pipelines.cli import main; sys.exit(main())",
+        "run",
+        "--config",
+        str(demo_run / "config.yaml"),
+        "--output",
+        str(demo_run),
+        "--set",
+        "training.epochs=12",
+        "--set",
+        "training.checkpoint_every_batches=4",
+        "--set",
+        "training.early_stopping_patience=null",
+    ]
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     checkpoint = demo_run / "model" / "_checkpoints" / "checkpoint.pt"
     before = storage.version(checkpoint)
@@ -140,8 +155,7 @@ def test_citeseer_end_to_end_on_gcs(gcs_bucket, tmp_path, capsys):
     assert metrics["test_accuracy"] >= 0.68, metrics
     assert f"{root}/report/gen-" in out and "report.html" in out
     embeddings = storage.open_published(f"{root}/embeddings")
-    table = pd.concat(pq.read_table(io.BytesIO(embeddings.read_bytes(f))).to_pandas()
-                      for f in embeddings.files_under("embeddings/paper"))
+    table = pd.concat(pq.read_table(io.BytesIO(embeddings.read_bytes(f))).to_pandas() for f in embeddings.files_under("embeddings/paper"))
     originals = pd.read_csv(CITESEER / "nodes.csv.gz", usecols=["node_id"], dtype=str)["node_id"]
     assert len(table) == 3327 and set(table["node_id"].astype(str)) == set(originals)
     assert len(table["embedding"].iloc[0]) == 64

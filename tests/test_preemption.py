@@ -25,14 +25,16 @@ import yaml
 
 from components import storage
 from components.config import parse_config
-from components.runtime.entrypoint import run_cli
 from components.errors import GnnflowError
 from components.gnn.interruption import PREEMPTED_EXIT_CODE, BatchAgreement, Preempted
 from components.gnn.sampling import _without_first
+from components.runtime.entrypoint import run_cli
 from components.runtime.launcher import WorkerFailed
 from components.train import attempts, checkpoint
 from components.train.step import train
 from tests.small_graphs import with_updates
+
+pytestmark = pytest.mark.multiworker
 
 REPO = Path(__file__).resolve().parents[1]
 # Small batches: ~70 per epoch, so a stop lands inside an epoch far more often than in evaluation.

@@ -92,7 +92,7 @@ def test_random_split_is_seeded_and_independent_of_chunking():
     ids = np.arange(100_000)
     spec = SplitSpec(train=0.6, val=0.2, test=0.1, seed=7)
     whole = encode_splits(ids, spec, None, None)
-    pieces = np.concatenate([encode_splits(ids[i:i + 333], spec, None, None) for i in range(0, len(ids), 333)])
+    pieces = np.concatenate([encode_splits(ids[i : i + 333], spec, None, None) for i in range(0, len(ids), 333)])
     np.testing.assert_array_equal(whole, pieces)
     fractions = [float((whole == code).mean()) for code in (0, 1, 2, -1)]
     np.testing.assert_allclose(fractions, [0.6, 0.2, 0.1, 0.1], atol=0.01)
@@ -128,11 +128,25 @@ def test_heterogeneous_graph_and_many_files_per_table(tmp_path):
     raw = {
         "graph": {
             "nodes": [
-                {"type": "paper", "uri": "papers", "id_column": "pid", "label_column": "topic", "features": [{"columns": ["year"], "transform": "standardize"}]},
+                {
+                    "type": "paper",
+                    "uri": "papers",
+                    "id_column": "pid",
+                    "label_column": "topic",
+                    "features": [{"columns": ["year"], "transform": "standardize"}],
+                },
                 {"type": "author", "uri": "authors.parquet", "id_column": "aid", "features": [{"columns": ["h"]}]},
             ],
             "edges": [
-                {"type": "writes", "uri": "writes.csv", "src_column": "author", "dst_column": "paper", "src_type": "author", "dst_type": "paper", "undirected": False},
+                {
+                    "type": "writes",
+                    "uri": "writes.csv",
+                    "src_column": "author",
+                    "dst_column": "paper",
+                    "src_type": "author",
+                    "dst_type": "paper",
+                    "undirected": False,
+                },
                 {"type": "cites", "uri": "cites.csv", "src_column": "a", "dst_column": "b", "src_type": "paper", "dst_type": "paper"},
             ],
         },
@@ -167,7 +181,13 @@ def test_small_chunks_give_the_same_result(tmp_path):
 def test_features_on_gcs_inputs(tmp_path, gcs_bucket, transform):
     storage.write_text(f"gs://{gcs_bucket}/t/nodes.csv", NODES_CSV)
     storage.write_text(f"gs://{gcs_bucket}/t/edges.csv", EDGES_CSV)
-    raw = config_dict(f"gs://{gcs_bucket}/t/nodes.csv", f"gs://{gcs_bucket}/t/edges.csv", features=[{"columns": ["color"], "transform": transform}] if transform == "one_hot" else [{"columns": ["x1"], "transform": transform}])  # noqa: E501
+    raw = config_dict(
+        f"gs://{gcs_bucket}/t/nodes.csv",
+        f"gs://{gcs_bucket}/t/edges.csv",
+        features=[{"columns": ["color"], "transform": transform}]
+        if transform == "one_hot"
+        else [{"columns": ["x1"], "transform": transform}],
+    )  # noqa: E501
     storage.write_text(f"gs://{gcs_bucket}/t/config.yaml", yaml.safe_dump(raw))
     published = preprocess(load_config(f"gs://{gcs_bucket}/t/config.yaml"), f"gs://{gcs_bucket}/out")
     assert published.manifest.counts["nodes.item"] == 5

@@ -11,7 +11,17 @@ import pytest
 
 from components.errors import GnnflowError
 from components.storage import (
-    Uri, exists, files, list_files, open_published, read_bytes, read_text, relative_to, staged_output, write_bytes, write_text,
+    Uri,
+    exists,
+    files,
+    list_files,
+    open_published,
+    read_bytes,
+    read_text,
+    relative_to,
+    staged_output,
+    write_bytes,
+    write_text,
 )
 from components.storage.publish import MANIFEST_NAME
 
@@ -22,7 +32,6 @@ def _names(uris: list[Uri], under: Uri) -> list[str]:
 
 def _crc(data: bytes) -> str:
     return f"{google_crc32c.value(data):08x}"
-
 
 
 def _record_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -83,9 +92,7 @@ def test_publish_writes_manifest_last(root: Uri, monkeypatch: pytest.MonkeyPatch
         data = read_bytes(output.join(generation, name))
         assert len(data) == entry["size"]
         assert _crc(data) == entry["crc32c"]
-    assert _names(list_files(output), output) == sorted(
-        [MANIFEST_NAME] + [f"{generation}/{name}" for name in expected]
-    )
+    assert _names(list_files(output), output) == sorted([MANIFEST_NAME] + [f"{generation}/{name}" for name in expected])
 
 
 def test_open_published_reads_through_the_manifest(root: Uri) -> None:

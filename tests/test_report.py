@@ -17,7 +17,6 @@ import torch
 from components import storage
 from components.config import GnnflowConfig, apply_overrides
 from components.demo.graph import generate_demo_graph, write_demo_graph
-from components.runtime.entrypoint import run_cli
 from components.errors import GnnflowError
 from components.infer import shards
 from components.infer.outputs import NodeOutputs
@@ -29,9 +28,12 @@ from components.report.inputs import read_inference
 from components.report.projection import pca_2d
 from components.report.sample import sample_embeddings
 from components.report.step import PROJECTION_LIMIT, report
+from components.runtime.entrypoint import run_cli
 from components.serialize.step import serialize
 from components.tables.proposal import propose_config
 from components.train.step import train
+
+pytestmark = pytest.mark.multiworker
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLOT_SIZES = {"loss.png": (640, 400), "validation.png": (640, 400), "embeddings.png": (800, 600)}
@@ -49,6 +51,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 # A real run: the demo graph through preprocess, serialize, partition, train and infer.
 # ---------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RealRun:
     config: GnnflowConfig
@@ -62,12 +65,20 @@ def real_run(tmp_path_factory) -> RealRun:
     """300 demo nodes, one worker, 3 epochs; inference in exact mode (no sampling: the fastest)."""
     root = tmp_path_factory.mktemp("report")
     nodes, edges = write_demo_graph(generate_demo_graph(300), root / "data")
-    config = propose_config(str(nodes), str(edges), id_column="node_id", src_column="src", dst_column="dst",
-                            label_column="label", output_root=str(root / "run"))
-    config = apply_overrides(config, {
-        "training.epochs": 3, "training.early_stopping_patience": None, "training.fan_outs": [5, 5], "training.batch_size": 64,
-        "model.hidden_channels": 16, "partition.load_in_parallel": False,
-    })
+    config = propose_config(
+        str(nodes), str(edges), id_column="node_id", src_column="src", dst_column="dst", label_column="label", output_root=str(root / "run")
+    )
+    config = apply_overrides(
+        config,
+        {
+            "training.epochs": 3,
+            "training.early_stopping_patience": None,
+            "training.fan_outs": [5, 5],
+            "training.batch_size": 64,
+            "model.hidden_channels": 16,
+            "partition.load_in_parallel": False,
+        },
+    )
     run = root / "run"
     preprocess(config, run / "preprocessed")
     serialize(config, run / "preprocessed", run / "tfrecords")
@@ -99,12 +110,21 @@ def test_report_of_a_real_run(real_run):
     published = report(real_run.config, real_run.run / "model", real_run.run / "embeddings", real_run.run / "report")
 
     assert published.manifest.step == "report"
-    assert set(published.manifest.files) == {"metrics.json", "report.html", "loss.png", "validation.png", "embeddings.png",
-                                             "config.resolved.yaml"}
+    assert set(published.manifest.files) == {
+        "metrics.json",
+        "report.html",
+        "loss.png",
+        "validation.png",
+        "embeddings.png",
+        "config.resolved.yaml",
+    }
     metrics = published.read_json("metrics.json")
-    expected = {"best_epoch": trained["best_epoch"], "epochs_run": trained["epochs_run"],
-                **{k: v for k, v in trained.items() if k.startswith("val_")},
-                **{k: v for k, v in inferred.items() if k.startswith("test_")}}
+    expected = {
+        "best_epoch": trained["best_epoch"],
+        "epochs_run": trained["epochs_run"],
+        **{k: v for k, v in trained.items() if k.startswith("val_")},
+        **{k: v for k, v in inferred.items() if k.startswith("test_")},
+    }
     assert metrics == expected
     assert all(type(v) is float for v in metrics.values())
     assert {"val_accuracy", "val_macro_f1", "test_accuracy", "test_macro_f1", "test_count"} <= set(metrics)
@@ -129,8 +149,16 @@ def test_report_of_a_real_run(real_run):
 
 def test_command_line_and_rerun_over_the_same_output(real_run, tmp_path):
     output = tmp_path / "report"
-    argv = ["--config", str(real_run.config_file), "--model", str(real_run.run / "model"),
-            "--embeddings", str(real_run.run / "embeddings"), "--output", str(output)]
+    argv = [
+        "--config",
+        str(real_run.config_file),
+        "--model",
+        str(real_run.run / "model"),
+        "--embeddings",
+        str(real_run.run / "embeddings"),
+        "--output",
+        str(output),
+    ]
     assert run_cli(report_main, argv) == 0
     first = storage.open_published(output)
     first_projection = first.read_bytes("embeddings.png")
@@ -169,10 +197,20 @@ def test_kfp_component_logs_the_metrics_and_writes_the_page(real_run, tmp_path):
 
     from components.report.component import report as report_component
 
-    metrics, page, published = dsl.Metrics(uri=str(tmp_path / "metrics")), dsl.HTML(uri=str(tmp_path / "page.html")), \
-        dsl.Artifact(uri=str(tmp_path / "report"))
-    report_component(config=real_run.config.to_yaml(), overrides='{"training.seed": 0}', model=dsl.Model(uri=str(real_run.run / "model")),
-                     embeddings=dsl.Dataset(uri=str(real_run.run / "embeddings")), report=published, metrics=metrics, html=page)
+    metrics, page, published = (
+        dsl.Metrics(uri=str(tmp_path / "metrics")),
+        dsl.HTML(uri=str(tmp_path / "page.html")),
+        dsl.Artifact(uri=str(tmp_path / "report")),
+    )
+    report_component(
+        config=real_run.config.to_yaml(),
+        overrides='{"training.seed": 0}',
+        model=dsl.Model(uri=str(real_run.run / "model")),
+        embeddings=dsl.Dataset(uri=str(real_run.run / "embeddings")),
+        report=published,
+        metrics=metrics,
+        html=page,
+    )
     output = storage.open_published(tmp_path / "report")
     assert metrics.metadata == output.read_json("metrics.json")
     assert (tmp_path / "page.html").read_bytes() == output.read_bytes("report.html")
@@ -183,25 +221,55 @@ def test_kfp_component_logs_the_metrics_and_writes_the_page(real_run, tmp_path):
 # Published outputs written directly, with the writers train and infer use.
 # ---------------------------------------------------------------------------------------
 
-def publish_train(output: pathlib.Path, task_type: str = "node_classification", target: str = "node",
-                  epochs: int = 4, best: int = 2, history_text: str | None = None) -> dict:
+
+def publish_train(
+    output: pathlib.Path,
+    task_type: str = "node_classification",
+    target: str = "node",
+    epochs: int = 4,
+    best: int = 2,
+    history_text: str | None = None,
+) -> dict:
     metric = "accuracy" if task_type == "node_classification" else "roc_auc"
-    history = [{"epoch": e, "loss": round(1.0 / (e + 1), 6), f"val_{metric}": 0.5 + 0.1 * min(e, best), "seconds": 0.5,
-                "batches_per_s": 8.0} for e in range(epochs)]
-    final = {"best_epoch": best, "epochs_run": epochs, f"val_{metric}": 0.5 + 0.1 * best, "val_count": 40,
-             f"test_{metric}": 0.61, "test_count": 40}
+    history = [
+        {"epoch": e, "loss": round(1.0 / (e + 1), 6), f"val_{metric}": 0.5 + 0.1 * min(e, best), "seconds": 0.5, "batches_per_s": 8.0}
+        for e in range(epochs)
+    ]
+    final = {
+        "best_epoch": best,
+        "epochs_run": epochs,
+        f"val_{metric}": 0.5 + 0.1 * best,
+        "val_count": 40,
+        f"test_{metric}": 0.61,
+        "test_count": 40,
+    }
     staging = storage.OutputStaging(storage.parse_uri(output), "train")
-    staging.write_json("model_spec.json", {"task_type": task_type, "target": target, "heterogeneous": False, "edge_dir": "out",
-                                           "model": {"hidden_channels": 8, "num_layers": 2}})
-    staging.write_bytes("metrics.jsonl", (history_text if history_text is not None else
-                                          "".join(json.dumps(line) + "\n" for line in history)).encode())
+    staging.write_json(
+        "model_spec.json",
+        {
+            "task_type": task_type,
+            "target": target,
+            "heterogeneous": False,
+            "edge_dir": "out",
+            "model": {"hidden_channels": 8, "num_layers": 2},
+        },
+    )
+    staging.write_bytes(
+        "metrics.jsonl", (history_text if history_text is not None else "".join(json.dumps(line) + "\n" for line in history)).encode()
+    )
     staging.write_json("metrics.json", final)
     staging.publish()
     return final
 
 
-def publish_infer(output: pathlib.Path, node_shards: dict[str, list[list[str]]], metrics: dict, classes: list[str] | None = None,
-                  hidden: int = 8, seed: int = 0) -> None:
+def publish_infer(
+    output: pathlib.Path,
+    node_shards: dict[str, list[list[str]]],
+    metrics: dict,
+    classes: list[str] | None = None,
+    hidden: int = 8,
+    seed: int = 0,
+) -> None:
     """node type → shards, each a list of original ids; classification shards get predictions among ``classes``."""
     generator = torch.Generator().manual_seed(seed)
     staging = storage.OutputStaging(storage.parse_uri(output), "infer")
@@ -216,10 +284,14 @@ def publish_infer(output: pathlib.Path, node_shards: dict[str, list[list[str]]],
 
 
 def classification_config(root: pathlib.Path) -> GnnflowConfig:
-    return GnnflowConfig.model_validate({
-        "graph": {"nodes": [{"type": "node", "uri": str(root / "nodes.csv"), "label_column": "label"}],
-                  "edges": [{"type": "edge", "uri": str(root / "edges.csv")}]},
-    })
+    return GnnflowConfig.model_validate(
+        {
+            "graph": {
+                "nodes": [{"type": "node", "uri": str(root / "nodes.csv"), "label_column": "label"}],
+                "edges": [{"type": "edge", "uri": str(root / "edges.csv")}],
+            },
+        }
+    )
 
 
 def test_large_graphs_are_subsampled_the_same_however_they_are_sharded(tmp_path):
@@ -242,23 +314,39 @@ def test_large_graphs_are_subsampled_the_same_however_they_are_sharded(tmp_path)
     publish_train(tmp_path / "model")
     published = report(classification_config(tmp_path), tmp_path / "model", tmp_path / "three", tmp_path / "report")
     assert published.manifest.counts["nodes_embedded"] == 12_000 and published.manifest.counts["nodes_projected"] == 5000
-    assert "a uniform random sample (seed 0) of 5,000 of the 12,000 &#x27;node&#x27; node embeddings" in \
-        published.read_bytes("report.html").decode()
+    assert (
+        "a uniform random sample (seed 0) of 5,000 of the 12,000 &#x27;node&#x27; node embeddings"
+        in published.read_bytes("report.html").decode()
+    )
 
 
 def test_link_prediction_is_coloured_by_node_type(tmp_path):
-    config = GnnflowConfig.model_validate({
-        "graph": {"nodes": [{"type": "paper", "uri": "p.csv"}, {"type": "author", "uri": "a.csv"}],
-                  "edges": [{"type": "writes", "uri": "w.csv", "src_type": "author", "dst_type": "paper"}]},
-        "task": {"type": "link_prediction"},
-    })
+    config = GnnflowConfig.model_validate(
+        {
+            "graph": {
+                "nodes": [{"type": "paper", "uri": "p.csv"}, {"type": "author", "uri": "a.csv"}],
+                "edges": [{"type": "writes", "uri": "w.csv", "src_type": "author", "dst_type": "paper"}],
+            },
+            "task": {"type": "link_prediction"},
+        }
+    )
     final = publish_train(tmp_path / "model", "link_prediction", "author__writes__paper", best=3)
     link_metrics = {"mode": "sampled", "test_roc_auc": 0.81, "test_mrr": 0.42, "test_hits@10": 0.7, "test_count": 55}
-    publish_infer(tmp_path / "embeddings", {"paper": [[f"p{i}" for i in range(50)]], "author": [[f"a{i}" for i in range(30)]]}, link_metrics)
+    publish_infer(
+        tmp_path / "embeddings", {"paper": [[f"p{i}" for i in range(50)]], "author": [[f"a{i}" for i in range(30)]]}, link_metrics
+    )
     published = report(config, tmp_path / "model", tmp_path / "embeddings", tmp_path / "report")
     metrics = published.read_json("metrics.json")
-    assert metrics == {"best_epoch": 3.0, "epochs_run": 4.0, "val_roc_auc": final["val_roc_auc"], "val_count": 40.0,
-                       "test_roc_auc": 0.81, "test_mrr": 0.42, "test_hits@10": 0.7, "test_count": 55.0}
+    assert metrics == {
+        "best_epoch": 3.0,
+        "epochs_run": 4.0,
+        "val_roc_auc": final["val_roc_auc"],
+        "val_count": 40.0,
+        "test_roc_auc": 0.81,
+        "test_mrr": 0.42,
+        "test_hits@10": 0.7,
+        "test_count": 55.0,
+    }
     page = published.read_bytes("report.html").decode()
     check_page(page, published)
     assert "coloured by node type (link prediction has no classes)" in page
@@ -287,11 +375,16 @@ def test_pca_finds_the_direction_of_largest_variance():
 # Bad input: an error naming the URI or file, exit code 2, nothing published.
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def good_inputs(tmp_path) -> pathlib.Path:
     publish_train(tmp_path / "model")
-    publish_infer(tmp_path / "embeddings", {"node": [["a", "b", "c"], ["d", "e"]]},
-                  {"mode": "exact", "test_accuracy": 0.5, "test_macro_f1": 0.5, "test_count": 2}, ["x", "y"])
+    publish_infer(
+        tmp_path / "embeddings",
+        {"node": [["a", "b", "c"], ["d", "e"]]},
+        {"mode": "exact", "test_accuracy": 0.5, "test_macro_f1": 0.5, "test_count": 2},
+        ["x", "y"],
+    )
     return tmp_path
 
 
@@ -312,8 +405,9 @@ def test_missing_or_unpublished_inputs_name_the_uri_and_publish_nothing(good_inp
         assert not output.exists()
 
 
-@pytest.mark.parametrize("what", ["history_json", "history_fields", "no_best_epoch", "no_test_metrics", "text_metric", "wrong_target",
-                                  "no_shards", "bad_shard"])
+@pytest.mark.parametrize(
+    "what", ["history_json", "history_fields", "no_best_epoch", "no_test_metrics", "text_metric", "wrong_target", "no_shards", "bad_shard"]
+)
 def test_malformed_inputs_name_the_file(good_inputs, what):
     root = good_inputs
     model, embeddings = root / "model", root / "embeddings"
@@ -325,7 +419,8 @@ def test_malformed_inputs_name_the_file(good_inputs, what):
         "text_metric": f"{embeddings}/gen-.*/metrics.json: 'test_accuracy' is 'high', not a number",
         "wrong_target": f"{embeddings} holds no embeddings of node type 'node', the classification target of {model}",
         "no_shards": f"{embeddings} lists no embedding shards",
-        "bad_shard": f"{embeddings}/gen-.*/embeddings/node/part-00000.parquet is not an embeddings shard with columns node_id, embedding, prediction",
+        "bad_shard": f"{embeddings}/gen-.*/embeddings/node/part-00000.parquet "
+        "is not an embeddings shard with columns node_id, embedding, prediction",
     }[what]
     if what == "history_json":
         publish_train(model, history_text='{"epoch": 0, "loss": 1.0}\n{"epoch": 1, "loss": \n')
@@ -359,7 +454,16 @@ def test_a_failed_rerun_keeps_the_published_report_and_exits_2(good_inputs, tmp_
     config_file.write_text(classification_config(root).to_yaml())
     output = root / "report"
     before = report(classification_config(root), root / "model", root / "embeddings", output)
-    argv = ["--config", str(config_file), "--model", str(root / "missing"), "--embeddings", str(root / "embeddings"), "--output", str(output)]
+    argv = [
+        "--config",
+        str(config_file),
+        "--model",
+        str(root / "missing"),
+        "--embeddings",
+        str(root / "embeddings"),
+        "--output",
+        str(output),
+    ]
     assert run_cli(report_main, argv) == 2  # what `python -m components.report` exits with
     assert f"error: the model: {root / 'missing'} is not a published output" in capsys.readouterr().err
     after = storage.open_published(output)

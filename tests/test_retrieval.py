@@ -13,6 +13,8 @@ from components.infer.retrieval_metrics import candidate_ranks
 from components.runtime.launcher import launch
 from tests.retrieval_workers import search_own_share
 
+pytestmark = pytest.mark.multiworker
+
 
 def brute_force(z: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     scores = z @ z.T

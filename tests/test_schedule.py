@@ -23,18 +23,48 @@ SCHEDULES = f"/v1/{LOCATION}/schedules"
 pytestmark = pytest.mark.usefixtures("gcs_emulator")
 
 
-
 def vertex(recorder: RecordingServer) -> list[str]:
     return ["--project", "demo-project", "--region", "us-central1", "--api-endpoint", recorder.url]
 
 
 def test_vertex_schedule_carries_cron_zone_limits_account_labels_and_the_config_uri(recorder, gcs_bucket, config_uri, package, capsys):
-    assert gnnflow(["schedule", "create", "--config", config_uri, "--package", package, "--cron", "0 3 * * MON-FRI",
-                    "--time-zone", "Europe/Berlin", "--max-concurrent-runs", "2", "--max-run-count", "30",
-                    "--start-time", "2030-01-01T06:00", "--end-time", "2030-06-30T00:00:00Z", "--allow-queueing",
-                    "--display-name", "weekday-training", "--set", "training.epochs=7", "--label", "team=graphs",
-                    "--pipeline-root", f"gs://{gcs_bucket}/root", "--service-account", "runner@demo-project.iam.gserviceaccount.com",
-                    *vertex(recorder)]) == 0
+    assert (
+        gnnflow(
+            [
+                "schedule",
+                "create",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--cron",
+                "0 3 * * MON-FRI",
+                "--time-zone",
+                "Europe/Berlin",
+                "--max-concurrent-runs",
+                "2",
+                "--max-run-count",
+                "30",
+                "--start-time",
+                "2030-01-01T06:00",
+                "--end-time",
+                "2030-06-30T00:00:00Z",
+                "--allow-queueing",
+                "--display-name",
+                "weekday-training",
+                "--set",
+                "training.epochs=7",
+                "--label",
+                "team=graphs",
+                "--pipeline-root",
+                f"gs://{gcs_bucket}/root",
+                "--service-account",
+                "runner@demo-project.iam.gserviceaccount.com",
+                *vertex(recorder),
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip() == f"{LOCATION}/schedules/1"
 
     [post] = recorder.seen("POST", SCHEDULES)
@@ -52,7 +82,10 @@ def test_vertex_schedule_carries_cron_zone_limits_account_labels_and_the_config_
     assert job["labels"] == {"team": "graphs"}
     assert job["runtimeConfig"]["gcsOutputDirectory"] == f"gs://{gcs_bucket}/root"
     assert job["runtimeConfig"]["parameterValues"] == {
-        "config": config_uri, "overrides": '{"training.epochs": 7}', "data_version": "", "infer_mode": "sampled",
+        "config": config_uri,
+        "overrides": '{"training.epochs": 7}',
+        "data_version": "",
+        "infer_mode": "sampled",
     }
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
     assert set(tasks) == STEPS and job["pipelineSpec"]["pipelineInfo"]["name"] == "gnnflow"
@@ -61,8 +94,26 @@ def test_vertex_schedule_carries_cron_zone_limits_account_labels_and_the_config_
 
 
 def test_embedded_config_and_cache_on_request(recorder, gcs_bucket, config_uri, package):
-    assert gnnflow(["schedule", "create", "--config", config_uri, "--package", package, "--cron", "*/30 * * * *",
-                    "--embed-config", "--cache", "--pipeline-root", f"gs://{gcs_bucket}/root", *vertex(recorder)]) == 0
+    assert (
+        gnnflow(
+            [
+                "schedule",
+                "create",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--cron",
+                "*/30 * * * *",
+                "--embed-config",
+                "--cache",
+                "--pipeline-root",
+                f"gs://{gcs_bucket}/root",
+                *vertex(recorder),
+            ]
+        )
+        == 0
+    )
     job = recorder.seen("POST", SCHEDULES)[0].json["createPipelineJobRequest"]["pipelineJob"]
     assert job["runtimeConfig"]["parameterValues"]["config"].startswith("graph:\n")
     assert {t["cachingOptions"]["enableCache"] for t in job["pipelineSpec"]["root"]["dag"]["tasks"].values()} == {True}
@@ -70,8 +121,26 @@ def test_embedded_config_and_cache_on_request(recorder, gcs_bucket, config_uri, 
 
 
 def test_vertex_list_pause_resume_delete_hit_the_schedule(recorder, gcs_bucket, config_uri, package, capsys):
-    assert gnnflow(["schedule", "create", "--config", config_uri, "--package", package, "--cron", "0 3 * * *",
-                    "--display-name", "nightly", "--pipeline-root", f"gs://{gcs_bucket}/root", *vertex(recorder)]) == 0
+    assert (
+        gnnflow(
+            [
+                "schedule",
+                "create",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--cron",
+                "0 3 * * *",
+                "--display-name",
+                "nightly",
+                "--pipeline-root",
+                f"gs://{gcs_bucket}/root",
+                *vertex(recorder),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     name = f"{LOCATION}/schedules/1"
 
@@ -97,9 +166,30 @@ def test_vertex_list_pause_resume_delete_hit_the_schedule(recorder, gcs_bucket, 
 
 def test_kfp_recurring_run_and_its_lifecycle(recorder, config_uri, package, capsys):
     kfp = ["--kfp-host", recorder.url, "--experiment", "nightly"]
-    assert gnnflow(["schedule", "create", "--config", config_uri, "--package", package, "--cron", "15 2 * * 0",
-                    "--max-concurrent-runs", "3", "--start-time", "2030-01-01T00:00:00+00:00", "--display-name", "weekly",
-                    "--service-account", "pipeline-runner", *kfp]) == 0
+    assert (
+        gnnflow(
+            [
+                "schedule",
+                "create",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--cron",
+                "15 2 * * 0",
+                "--max-concurrent-runs",
+                "3",
+                "--start-time",
+                "2030-01-01T00:00:00+00:00",
+                "--display-name",
+                "weekly",
+                "--service-account",
+                "pipeline-runner",
+                *kfp,
+            ]
+        )
+        == 0
+    )
     recurring_id = capsys.readouterr().out.split()[-1]
     assert recurring_id.startswith("recurring-")
     [experiment] = recorder.seen("POST", "/apis/v2beta1/experiments")
@@ -145,8 +235,23 @@ def test_kfp_recurring_run_and_its_lifecycle(recorder, config_uri, package, caps
     ],
 )
 def test_bad_schedules_fail_before_sending_anything(recorder, gcs_bucket, config_uri, package, capsys, extra, message):
-    assert gnnflow(["schedule", "create", "--config", config_uri, "--package", package, *extra,
-                    "--pipeline-root", f"gs://{gcs_bucket}/root", *vertex(recorder)]) == 2
+    assert (
+        gnnflow(
+            [
+                "schedule",
+                "create",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                *extra,
+                "--pipeline-root",
+                f"gs://{gcs_bucket}/root",
+                *vertex(recorder),
+            ]
+        )
+        == 2
+    )
     assert message in capsys.readouterr().err
     assert not recorder.seen("POST")
 
@@ -177,4 +282,4 @@ def test_cron_validation_and_naive_times_in_the_schedule_zone():
     with pytest.raises(GnnflowError, match="a step needs \\* or a range"):
         validate_cron("5/10 * * * *")
     options = ScheduleOptions(cron="0 3 * * *", time_zone="America/New_York", start_time=datetime.datetime(2030, 7, 1, 9))
-    assert options.start_time.astimezone(datetime.timezone.utc).hour == 13
+    assert options.start_time.astimezone(datetime.UTC).hour == 13

@@ -39,6 +39,7 @@ from tests.gcs_emulator import storage_emulator_host
 
 MakeProxy = Callable[[Sequence[Failure]], FlakyProxy]
 
+
 @pytest.fixture(autouse=True)
 def fast_retry(monkeypatch: pytest.MonkeyPatch) -> None:
     """The library's retry decisions with short waits and a 5 s deadline."""
@@ -175,7 +176,10 @@ def test_expand_files(root: Uri) -> None:
     for name in ["part-0002.csv", "part-0000.csv", "part-0001.csv", "_SUCCESS", ".hidden", "nested/part-9.csv"]:
         write_bytes(folder.join(name), b"1\n")
     assert _names(expand_files(folder), folder) == [
-        "nested/part-9.csv", "part-0000.csv", "part-0001.csv", "part-0002.csv",
+        "nested/part-9.csv",
+        "part-0000.csv",
+        "part-0001.csv",
+        "part-0002.csv",
     ]
     missing = root.join("nothing", "here")
     with pytest.raises(GnnflowError, match="does not exist") as info:
@@ -354,7 +358,7 @@ def test_gcs_open_read_downloads_in_chunks(gcs_root: GcsUri, flaky_gcs: MakeProx
             assert stream.read(1024 * 1024) == payload[: 1024 * 1024]
             media_gets = [p for m, p in proxy.requests_seen if m == "GET" and "alt=media" in p]
             assert len(media_gets) == 1  # one 8 MiB chunk so far, not the whole object
-            assert stream.read() == payload[1024 * 1024:]
+            assert stream.read() == payload[1024 * 1024 :]
 
 
 # -------------------------------------------------------------------- GCS failure paths

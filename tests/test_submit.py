@@ -26,16 +26,41 @@ JOBS = r"/v1/projects/demo-project/locations/europe-west4/pipelineJobs"
 pytestmark = pytest.mark.usefixtures("gcs_emulator")
 
 
-
 def vertex_args(recorder: RecordingServer, bucket: str, *extra: str) -> list[str]:
-    return ["--project", "demo-project", "--region", "europe-west4", "--pipeline-root", f"gs://{bucket}/pipeline-root",
-            "--api-endpoint", recorder.url, *extra]
+    return [
+        "--project",
+        "demo-project",
+        "--region",
+        "europe-west4",
+        "--pipeline-root",
+        f"gs://{bucket}/pipeline-root",
+        "--api-endpoint",
+        recorder.url,
+        *extra,
+    ]
 
 
 def test_vertex_submission_sends_spec_parameters_account_labels_and_root(recorder, gcs_bucket, config_uri, package, capsys):
-    code = gnnflow(["submit", "--config", config_uri, "--set", "training.epochs=5", "--display-name", "nightly",
-                    "--label", "team=graphs", "--label", "env=test", "--service-account", "runner@demo-project.iam.gserviceaccount.com",
-                    "--job-id", "gnnflow-test-1", *vertex_args(recorder, gcs_bucket)])
+    code = gnnflow(
+        [
+            "submit",
+            "--config",
+            config_uri,
+            "--set",
+            "training.epochs=5",
+            "--display-name",
+            "nightly",
+            "--label",
+            "team=graphs",
+            "--label",
+            "env=test",
+            "--service-account",
+            "runner@demo-project.iam.gserviceaccount.com",
+            "--job-id",
+            "gnnflow-test-1",
+            *vertex_args(recorder, gcs_bucket),
+        ]
+    )
     assert code == 0
     assert capsys.readouterr().out.strip() == "projects/demo-project/locations/europe-west4/pipelineJobs/gnnflow-test-1"
 
@@ -66,8 +91,25 @@ def test_experiment_is_created_and_the_run_joins_it(recorder, gcs_bucket, config
     """--experiment: what the SDK's PipelineJob.submit(experiment=...) sends. Vertex AI then lists the
     run in the experiment with the metadata of its system.Metrics artifacts (report's: the final metrics)."""
     add_metadata_routes(recorder)
-    assert gnnflow(["submit", "--config", config_uri, "--package", package, "--job-id", "gnnflow-exp-1", "--experiment", "gnn-sweeps",
-                    "--service-account", "runner@demo-project.iam.gserviceaccount.com", *vertex_args(recorder, gcs_bucket)]) == 0
+    assert (
+        gnnflow(
+            [
+                "submit",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--job-id",
+                "gnnflow-exp-1",
+                "--experiment",
+                "gnn-sweeps",
+                "--service-account",
+                "runner@demo-project.iam.gserviceaccount.com",
+                *vertex_args(recorder, gcs_bucket),
+            ]
+        )
+        == 0
+    )
     job = "projects/demo-project/locations/europe-west4/pipelineJobs/gnnflow-exp-1"
     assert capsys.readouterr().out.strip() == job
     store = "/v1/projects/demo-project/locations/europe-west4/metadataStores/default"
@@ -85,34 +127,98 @@ def test_experiment_is_created_and_the_run_joins_it(recorder, gcs_bucket, config
     assert all("authorization" not in r.headers for r in recorder.requests)
 
     # The experiment exists now: a second run joins it without creating it again.
-    assert gnnflow(["submit", "--config", config_uri, "--package", package, "--job-id", "gnnflow-exp-2", "--experiment", "gnn-sweeps",
-                    *vertex_args(recorder, gcs_bucket)]) == 0
+    assert (
+        gnnflow(
+            [
+                "submit",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--job-id",
+                "gnnflow-exp-2",
+                "--experiment",
+                "gnn-sweeps",
+                *vertex_args(recorder, gcs_bucket),
+            ]
+        )
+        == 0
+    )
     assert len(recorder.seen("POST", store + "/contexts")) == 1
     assert len(recorder.seen("POST", store + "/contexts/gnn-sweeps:addContextChildren")) == 2
 
 
 def test_experiment_name_and_schedule_misuse_are_refused_before_sending(recorder, gcs_bucket, config_uri, package, capsys):
-    assert gnnflow(["submit", "--config", config_uri, "--package", package, "--experiment", "GNN_Sweeps",
-                    *vertex_args(recorder, gcs_bucket)]) == 2
+    assert (
+        gnnflow(["submit", "--config", config_uri, "--package", package, "--experiment", "GNN_Sweeps", *vertex_args(recorder, gcs_bucket)])
+        == 2
+    )
     assert "--experiment 'GNN_Sweeps': a Vertex AI Experiment name is lower-case letters" in capsys.readouterr().err
-    assert gnnflow(["schedule", "create", "--config", config_uri, "--package", package, "--cron", "0 3 * * *",
-                    "--experiment", "gnn-sweeps", *vertex_args(recorder, gcs_bucket)]) == 2
+    assert (
+        gnnflow(
+            [
+                "schedule",
+                "create",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--cron",
+                "0 3 * * *",
+                "--experiment",
+                "gnn-sweeps",
+                *vertex_args(recorder, gcs_bucket),
+            ]
+        )
+        == 2
+    )
     assert "a Vertex AI schedule cannot put its runs in an experiment" in capsys.readouterr().err
     assert not recorder.seen("POST")
 
 
 def test_a_package_compiled_for_another_layout_is_refused_before_sending(recorder, gcs_bucket, config_uri, package, capsys):
-    assert gnnflow(["submit", "--config", config_uri, "--package", package, "--set", "resources.runner=vertex",
-                    "--set", "resources.world_size=2", *vertex_args(recorder, gcs_bucket)]) == 2
+    assert (
+        gnnflow(
+            [
+                "submit",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--set",
+                "resources.runner=vertex",
+                "--set",
+                "resources.world_size=2",
+                *vertex_args(recorder, gcs_bucket),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert f"pipeline package {package}: the pipeline was compiled for runner local, but the run's config asks for " \
-           "runner vertex with 2 replica(s)" in err
+    assert (
+        f"pipeline package {package}: the pipeline was compiled for runner local, but the run's config asks for "
+        "runner vertex with 2 replica(s)" in err
+    )
     assert not recorder.seen("POST")
 
 
 def test_a_given_package_is_sent_as_compiled_and_no_cache_disables_every_task(recorder, gcs_bucket, config_uri, package):
-    assert gnnflow(["submit", "--config", config_uri, "--package", package, "--no-cache", "--infer-mode", "exact",
-                    *vertex_args(recorder, gcs_bucket)]) == 0
+    assert (
+        gnnflow(
+            [
+                "submit",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--no-cache",
+                "--infer-mode",
+                "exact",
+                *vertex_args(recorder, gcs_bucket),
+            ]
+        )
+        == 0
+    )
     [post] = recorder.seen("POST", JOBS)
     spec = post.json["pipelineSpec"]
     assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {TEST_IMAGE}
@@ -136,8 +242,21 @@ def test_data_version_follows_the_table_files(gcs_bucket, config_uri):
 def test_wait_exits_non_zero_naming_the_failed_job(gcs_bucket, config_uri, package, capsys):
     with RecordingServer() as recorder:
         add_vertex_routes(recorder, job_states=["PIPELINE_STATE_RUNNING", "PIPELINE_STATE_FAILED"])
-        code = gnnflow(["submit", "--config", config_uri, "--package", package, "--job-id", "gnnflow-doomed",
-                        "--wait", "--poll-seconds", "0.01", *vertex_args(recorder, gcs_bucket)])
+        code = gnnflow(
+            [
+                "submit",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--job-id",
+                "gnnflow-doomed",
+                "--wait",
+                "--poll-seconds",
+                "0.01",
+                *vertex_args(recorder, gcs_bucket),
+            ]
+        )
         assert code == 2
         err = capsys.readouterr().err
         assert "projects/demo-project/locations/europe-west4/pipelineJobs/gnnflow-doomed ended PIPELINE_STATE_FAILED" in err
@@ -149,17 +268,59 @@ def test_wait_returns_once_the_job_succeeded(recorder, gcs_bucket, config_uri, p
     recorder_states = RecordingServer()
     with recorder_states:
         add_vertex_routes(recorder_states, job_states=["PIPELINE_STATE_RUNNING", "PIPELINE_STATE_RUNNING", "PIPELINE_STATE_SUCCEEDED"])
-        assert gnnflow(["submit", "--config", config_uri, "--package", package, "--job-id", "gnnflow-fine",
-                        "--wait", "--poll-seconds", "0.01", *vertex_args(recorder_states, gcs_bucket)]) == 0
-        assert capsys.readouterr().out.split() == ["projects/demo-project/locations/europe-west4/pipelineJobs/gnnflow-fine", "PIPELINE_STATE_SUCCEEDED"]
+        assert (
+            gnnflow(
+                [
+                    "submit",
+                    "--config",
+                    config_uri,
+                    "--package",
+                    package,
+                    "--job-id",
+                    "gnnflow-fine",
+                    "--wait",
+                    "--poll-seconds",
+                    "0.01",
+                    *vertex_args(recorder_states, gcs_bucket),
+                ]
+            )
+            == 0
+        )
+        assert capsys.readouterr().out.split() == [
+            "projects/demo-project/locations/europe-west4/pipelineJobs/gnnflow-fine",
+            "PIPELINE_STATE_SUCCEEDED",
+        ]
         assert len(recorder_states.seen("GET", JOBS + "/gnnflow-fine")) == 3
 
 
 def test_kfp_submission_creates_the_experiment_and_the_run(recorder, config_uri, package, capsys):
-    assert gnnflow(["submit", "--config", config_uri, "--package", package, "--kfp-host", recorder.url,
-                    "--experiment", "graphs", "--overrides", '{"training.epochs": 2}', "--display-name", "try-kfp",
-                    "--pipeline-root", "gs://kfp-artifacts/root", "--service-account", "pipeline-runner",
-                    "--wait", "--poll-seconds", "0.01"]) == 0
+    assert (
+        gnnflow(
+            [
+                "submit",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--kfp-host",
+                recorder.url,
+                "--experiment",
+                "graphs",
+                "--overrides",
+                '{"training.epochs": 2}',
+                "--display-name",
+                "try-kfp",
+                "--pipeline-root",
+                "gs://kfp-artifacts/root",
+                "--service-account",
+                "pipeline-runner",
+                "--wait",
+                "--poll-seconds",
+                "0.01",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.split()[-2:] == ["run-2", "SUCCEEDED"]
     assert recorder.seen("GET", "/apis/v2beta1/healthz")
     [lookup] = recorder.seen("GET", "/apis/v2beta1/experiments")
@@ -183,8 +344,12 @@ def test_kfp_submission_creates_the_experiment_and_the_run(recorder, config_uri,
 def test_kfp_wait_exits_non_zero_naming_the_failed_run(config_uri, package, capsys):
     with RecordingServer() as recorder:
         add_kfp_routes(recorder, run_states=["RUNNING", "FAILED"])
-        assert gnnflow(["submit", "--config", config_uri, "--package", package, "--kfp-host", recorder.url,
-                        "--wait", "--poll-seconds", "0.01"]) == 2
+        assert (
+            gnnflow(
+                ["submit", "--config", config_uri, "--package", package, "--kfp-host", recorder.url, "--wait", "--poll-seconds", "0.01"]
+            )
+            == 2
+        )
     assert "pipeline run run-2 ended FAILED: task train failed" in capsys.readouterr().err
 
 
@@ -194,10 +359,14 @@ def test_kfp_wait_exits_non_zero_naming_the_failed_run(config_uri, package, caps
         (["--region", "europe-west4", "--pipeline-root", "gs://b/root"], "Vertex AI needs --project"),
         (["--project", "p", "--region", "r"], "Vertex AI needs --pipeline-root"),
         (["--project", "p", "--region", "r", "--pipeline-root", "/tmp/root"], "--pipeline-root must be a gs:// URI"),
-        (["--project", "p", "--region", "r", "--pipeline-root", "gs://b/root", "--set", "training.epochz=3"],
-         "key 'training.epochz' does not name a config field"),
-        (["--project", "p", "--region", "r", "--pipeline-root", "gs://b/root", "--set", "training.epochs=-1"],
-         "key 'training.epochs': Input should be greater than 0"),
+        (
+            ["--project", "p", "--region", "r", "--pipeline-root", "gs://b/root", "--set", "training.epochz=3"],
+            "key 'training.epochz' does not name a config field",
+        ),
+        (
+            ["--project", "p", "--region", "r", "--pipeline-root", "gs://b/root", "--set", "training.epochs=-1"],
+            "key 'training.epochs': Input should be greater than 0",
+        ),
         (["--project", "p", "--region", "r", "--pipeline-root", "gs://b/root", "--overrides", "[1]"], "--overrides must be a JSON object"),
         (["--project", "p", "--region", "r", "--pipeline-root", "gs://b/root", "--label", "Team"], "--label 'Team': expected KEY=VALUE"),
         (["--kfp-host", "kfp.example:8080"], "--kfp-host must start with http:// or https://"),
@@ -239,18 +408,38 @@ def test_missing_pipeline_root_bucket_or_foreign_package_sends_nothing(recorder,
     assert "lacks the parameter(s) data_version" in capsys.readouterr().err
     assert not recorder.seen("POST")
     # a user without storage.buckets.get skips the check explicitly
-    assert gnnflow(["submit", "--config", config_uri, "--package", package, "--pipeline-root", "gs://no-such-bucket-here/root",
-                    "--no-root-check", *args]) == 0
+    assert (
+        gnnflow(
+            [
+                "submit",
+                "--config",
+                config_uri,
+                "--package",
+                package,
+                "--pipeline-root",
+                "gs://no-such-bucket-here/root",
+                "--no-root-check",
+                *args,
+            ]
+        )
+        == 0
+    )
     assert len(recorder.seen("POST")) == 1
 
 
 def test_service_errors_name_the_job(gcs_bucket, config_uri, package, capsys):
     with RecordingServer() as recorder:
-        recorder.route("POST", JOBS, (403, {"error": {"code": 403, "message": "Permission 'aiplatform.pipelineJobs.create' denied",
-                                                      "status": "PERMISSION_DENIED"}}))
-        assert gnnflow(["submit", "--config", config_uri, "--package", package, "--job-id", "gnnflow-denied",
-                        *vertex_args(recorder, gcs_bucket)]) == 2
+        recorder.route(
+            "POST",
+            JOBS,
+            (403, {"error": {"code": 403, "message": "Permission 'aiplatform.pipelineJobs.create' denied", "status": "PERMISSION_DENIED"}}),
+        )
+        assert (
+            gnnflow(
+                ["submit", "--config", config_uri, "--package", package, "--job-id", "gnnflow-denied", *vertex_args(recorder, gcs_bucket)]
+            )
+            == 2
+        )
     err = capsys.readouterr().err
     assert "Vertex AI refused pipeline job gnnflow-denied: 403" in err
     assert "Permission 'aiplatform.pipelineJobs.create' denied" in err
-

@@ -11,9 +11,8 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from components.errors import GnnflowError
+from components.tfrecord import TFRecordWriter, decode_examples, decode_tfrecord_file, encode_examples, frame_record, iter_records
 from components.tfrecord import decode as tfrecord_decode
-from components.tfrecord import (TFRecordWriter, decode_examples, decode_tfrecord_file, encode_examples, frame_record,
-                                  iter_records)
 
 tf = pytest.importorskip("tensorflow")
 
@@ -28,9 +27,8 @@ def _data(n: int, dim: int, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[
     return ints, floats
 
 
-def _tf_example(ints: dict[str, np.ndarray], floats: dict[str, np.ndarray], i: int) -> "tf.train.Example":
-    feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=np.atleast_1d(v[i]).tolist()))
-               for k, v in ints.items()}
+def _tf_example(ints: dict[str, np.ndarray], floats: dict[str, np.ndarray], i: int) -> tf.train.Example:
+    feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=np.atleast_1d(v[i]).tolist())) for k, v in ints.items()}
     feature.update({k: tf.train.Feature(float_list=tf.train.FloatList(value=v[i].tolist())) for k, v in floats.items()})
     return tf.train.Example(features=tf.train.Features(feature=feature))
 
@@ -112,8 +110,14 @@ def test_general_parser_agrees_with_protobuf_on_unusual_encodings() -> None:
         unpacked_ids = _ld(3, _varint(1 << 3 | 0) + _varint(i) + _varint(1 << 3 | 0) + _varint(-i))
         feat = _ld(2, _ld(1, struct.pack("<f", i / 3))) + _ld(2, _varint(1 << 3 | 5) + struct.pack("<f", -i))
         label = _ld(2, _ld(1, struct.pack("<f", 1.0))) + _ld(3, _ld(1, _varint(i % 3 - 1)))  # float, then int wins
-        body = (_entry("x", b"") + _entry("label", _ld(3, _ld(1, _varint(7)))) + _entry("feat", feat)
-                + _varint(9 << 3 | 0) + _varint(5) + _entry("label", label))
+        body = (
+            _entry("x", b"")
+            + _entry("label", _ld(3, _ld(1, _varint(7))))
+            + _entry("feat", feat)
+            + _varint(9 << 3 | 0)
+            + _varint(5)
+            + _entry("label", label)
+        )
         records.append(_ld(1, body) + _ld(1, _entry("id", unpacked_ids)) + _varint(15 << 3 | 5) + b"abcd")
     got = decode_examples(records, {"id": 2, "label": 1}, {"feat": 2})
     for i, record in enumerate(records):
@@ -176,7 +180,7 @@ def test_corrupt_or_truncated_file_names_the_source(damage: str, at: int, read) 
         data[at * size + 9] ^= 1
     else:
         data = data[: at * size + (30 if damage == "truncate_data" else 6)]
-    with pytest.raises(GnnflowError, match=r"gs://b/shard-7\.tfrecord: .*record %d \(byte offset %d\)" % (at, at * size)):
+    with pytest.raises(GnnflowError, match=rf"gs://b/shard-7\.tfrecord: .*record {at} \(byte offset {at * size}\)"):
         read(bytes(data), "gs://b/shard-7.tfrecord")
     if damage == "data":  # without verification, the damaged record comes through
         assert read(bytes(data), "x", verify_crc=False) == 100
@@ -184,8 +188,7 @@ def test_corrupt_or_truncated_file_names_the_source(damage: str, at: int, read) 
 
 @pytest.mark.parametrize("n", [3, 40])  # general path and fast path
 def test_decoder_names_missing_key_wrong_width_and_wrong_kind(n: int) -> None:
-    records = list(iter_records(io.BytesIO(encode_examples({"id": np.arange(n)}, {"f": np.ones((n, 4))})),
-                                source="mem"))
+    records = list(iter_records(io.BytesIO(encode_examples({"id": np.arange(n)}, {"f": np.ones((n, 4))})), source="mem"))
     with pytest.raises(GnnflowError, match="shard-3: record 0: missing feature 'label'"):
         decode_examples(records, {"id": 1, "label": 1}, {}, source="shard-3")
     with pytest.raises(GnnflowError, match="'f' has 4 values, expected 5"):
@@ -213,8 +216,7 @@ def test_damaged_records_decode_as_protobuf_says_or_raise_gnnflow_error() -> Non
         try:
             feature = tf.train.Example.FromString(bytes(damaged)).features.feature
             kinds = [feature[k].WhichOneof("kind") if k in feature else None for k in ("id", "p", "f")]
-            want = (list(feature["id"].int64_list.value), list(feature["p"].int64_list.value),
-                    list(feature["f"].float_list.value))
+            want = (list(feature["id"].int64_list.value), list(feature["p"].int64_list.value), list(feature["f"].float_list.value))
             valid = kinds == ["int64_list", "int64_list", "float_list"] and [len(v) for v in want] == [1, 3, 2]
         except DecodeError:
             valid = False
@@ -245,11 +247,14 @@ def _file_of_runs(runs: list[tuple[int, int]], dim: int = 3) -> tuple[bytes, dic
     return b"".join(chunks), {"id": np.concatenate(ints), "f": np.concatenate(feats).reshape(-1, dim)}
 
 
-@pytest.mark.parametrize("runs", [
-    [(1000, 2)],
-    [(1, 1), (2, 2), (63, 1), (64, 2), (65, 1), (66, 2), (200, 3), (1000, 2), (15, 1), (16, 2), (17, 1)],
-    [(1, 1), (1, 2)] * 40 + [(129, 3), (1, 1), (3000, 2), (1, 3)],
-])
+@pytest.mark.parametrize(
+    "runs",
+    [
+        [(1000, 2)],
+        [(1, 1), (2, 2), (63, 1), (64, 2), (65, 1), (66, 2), (200, 3), (1000, 2), (15, 1), (16, 2), (17, 1)],
+        [(1, 1), (1, 2)] * 40 + [(129, 3), (1, 1), (3000, 2), (1, 3)],
+    ],
+)
 def test_file_decoder_agrees_with_record_decoder_in_file_order(runs: list[tuple[int, int]]) -> None:
     data, want = _file_of_runs(runs)
     got = decode_tfrecord_file(data, {"id": 1}, {"f": 3}, source="mem")
@@ -266,8 +271,10 @@ def test_file_decoder_agrees_with_record_decoder_in_file_order(runs: list[tuple[
 def test_file_decoder_on_grouped_records_from_the_encoder(tmp_path: Path) -> None:
     """Several encode_examples calls, each grouped by varint lengths (negative labels: 10-byte varints)."""
     ints, floats = _data(5000, 16, seed=4)
-    data = b"".join(encode_examples({k: v[lo:lo + 700] for k, v in ints.items()}, {k: v[lo:lo + 700] for k, v in floats.items()})
-                    for lo in range(0, 5000, 700))
+    data = b"".join(
+        encode_examples({k: v[lo : lo + 700] for k, v in ints.items()}, {k: v[lo : lo + 700] for k, v in floats.items()})
+        for lo in range(0, 5000, 700)
+    )
     got = decode_tfrecord_file(data, {"id": 1, "label": 1, "split": 1, "pair": 2}, {"feat": 16, "none": 0}, source="mem")
     _assert_same_rows(got, ints, floats)
     path = tmp_path / "ours.tfrecord"
@@ -299,8 +306,7 @@ def test_file_decoder_reads_tensorflows_files(tmp_path: Path, monkeypatch: pytes
         decode_one(buf, index, *args)
 
     monkeypatch.setattr(tfrecord_decode, "_decode_one", counting)
-    got = decode_tfrecord_file(path.read_bytes(), {"id": 1, "label": 1, "split": 1, "pair": 2}, {"feat": 7, "none": 0},
-                               source=str(path))
+    got = decode_tfrecord_file(path.read_bytes(), {"id": 1, "label": 1, "split": 1, "pair": 2}, {"feat": 7, "none": 0}, source=str(path))
     for k, v in {**ints, **floats}.items():
         np.testing.assert_array_equal(got[k], v, err_msg=k)
     assert (len(general) > 0) == extra_key
@@ -324,11 +330,11 @@ def test_file_decoder_on_unusual_encodings_and_empty_files() -> None:
 def test_file_decoder_names_the_file_record_of_a_bad_record(first: int) -> None:
     good = encode_examples({"id": np.arange(first)}, {"f": np.ones((first, 4))})
     bad = encode_examples({"id": np.arange(50)}, {"f": np.ones((50, 5))})
-    with pytest.raises(GnnflowError, match=r"shard-3: record %d: feature 'f' has 5 values, expected 4" % first):
+    with pytest.raises(GnnflowError, match=rf"shard-3: record {first}: feature 'f' has 5 values, expected 4"):
         decode_tfrecord_file(good + bad, {"id": 1}, {"f": 4}, source="shard-3")
     with pytest.raises(GnnflowError, match=r"shard-3: record \d+: missing feature 'label'"):
         decode_tfrecord_file(good + bad, {"id": 1, "label": 1}, {}, source="shard-3")
-    with pytest.raises(GnnflowError, match=r"record %d is not a valid tf.train.Example" % first):
+    with pytest.raises(GnnflowError, match=rf"record {first} is not a valid tf.train.Example"):
         decode_tfrecord_file(good + frame_record(b"\x0a\x05\x0a") + good, {"id": 1}, {"f": 4}, source="shard-3")
 
 
@@ -352,7 +358,7 @@ def test_file_decoder_agrees_with_protobuf_on_mixed_files() -> None:
             else:
                 examples = [_tf_example(ints, floats, j) for j in range(n)]
                 if kind == 3:  # a key we do not ask for, of varying content
-                    for j, example in enumerate(examples):
+                    for example in examples:
                         example.features.feature["name"].bytes_list.value.append(b"x" * int(rng.integers(3)))
                 chunks.append(b"".join(frame_record(e.SerializeToString()) for e in examples))
         data = b"".join(chunks)

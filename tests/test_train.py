@@ -17,9 +17,9 @@ import torch
 
 from components import storage
 from components.errors import GnnflowError
-from components.runtime.launcher import WorkerFailed
 from components.partition.step import partition
 from components.preprocess.step import preprocess
+from components.runtime.launcher import WorkerFailed
 from components.serialize.step import serialize
 from components.train.step import train
 from tests.small_graphs import with_updates
@@ -28,6 +28,8 @@ from tests.test_launcher import _children, _new_shm_files, _sysv_segments
 from tests.test_watchdog import sampling_processes
 from tests.train_kill import kill_a_worker_then_resume
 
+pytestmark = pytest.mark.multiworker
+
 NODE_CLASSIFICATION = {
     "graph": citeseer_graph(),
     "serialize": {"num_shards": 2},
@@ -35,8 +37,14 @@ NODE_CLASSIFICATION = {
     # One mini-batch per worker and epoch (120 training nodes): the plain full-batch recipe. 120
     # labelled nodes overfit within a few epochs at lr 0.01 / wd 5e-4 (test accuracy 0.66 with 1 or
     # 2 workers); a smaller step and stronger weight decay give 0.71.
-    "training": {"epochs": 200, "batch_size": 128, "fan_outs": [10, 10], "early_stopping_patience": 60,
-                 "learning_rate": 0.005, "weight_decay": 0.005},
+    "training": {
+        "epochs": 200,
+        "batch_size": 128,
+        "fan_outs": [10, 10],
+        "early_stopping_patience": 60,
+        "learning_rate": 0.005,
+        "weight_decay": 0.005,
+    },
 }
 
 
@@ -79,8 +87,7 @@ def published_state(published: storage.PublishedOutput) -> tuple[dict, list[dict
 def test_repeated_runs_are_identical(tmp_path, citeseer_partitions, world_size):
     # Same config and world size: the same batches, neighbours, dropout masks and all-reduced
     # gradients, so the same metrics and weights bit for bit (sampling.RPC_THREADS).
-    short = with_updates(NODE_CLASSIFICATION, training={"epochs": 4, "early_stopping_patience": None},
-                         resources={"world_size": world_size})
+    short = with_updates(NODE_CLASSIFICATION, training={"epochs": 4, "early_stopping_patience": None}, resources={"world_size": world_size})
     first = published_state(train(short, citeseer_partitions[world_size], tmp_path / "a"))
     second = published_state(train(short, citeseer_partitions[world_size], tmp_path / "b"))
     assert first[0]["epochs_run"] == 4
@@ -96,11 +103,14 @@ def test_link_prediction(tmp_path):
     raw["graph"]["nodes"][0].pop("split_column")
     raw["task"] = {"type": "link_prediction", "split": {"train": 0.85, "val": 0.05, "test": 0.10, "seed": 1}}
     config = with_updates(
-        raw, model={"dropout": 0.1},
+        raw,
+        model={"dropout": 0.1},
         training={"epochs": 40, "batch_size": 512, "learning_rate": 0.005, "weight_decay": 0.0, "early_stopping_patience": 10},
     )
     root = storage.parse_uri(tmp_path)
-    test_edges = preprocess(config, root.join("pre")).read_json("graph_schema.json")["edge_types"]["paper__cites__paper"]["split_sizes"]["test"]
+    test_edges = preprocess(config, root.join("pre")).read_json("graph_schema.json")["edge_types"]["paper__cites__paper"]["split_sizes"][
+        "test"
+    ]
     serialize(config, root.join("pre"), root.join("tfr"))
     partition(root.join("tfr"), root.join("parts"), config.partition, world_size=2)
     metrics = train(config, root.join("parts"), root.join("model")).read_json("metrics.json")
@@ -111,8 +121,6 @@ def test_link_prediction(tmp_path):
 @needs_citeseer
 def test_killed_worker_fails_fast_and_the_rerun_resumes(tmp_path, citeseer_partitions):
     kill_a_worker_then_resume(NODE_CLASSIFICATION, str(citeseer_partitions[2]), tmp_path, epochs=30, exit_within_s=120)
-
-
 
 
 def test_a_worker_without_validation_seeds_takes_part(tmp_path, one_sided_validation):
@@ -158,8 +166,11 @@ def test_a_stopped_sampling_process_fails_the_step_within_the_progress_timeout(t
     watchdog ends the step, naming the stopped process, and nothing is left behind."""
     raw, partitions, _ = one_sided_validation
     progress_s = 20  # above anything this graph spends between two marks, even on a loaded machine
-    config = with_updates(raw, training={"sampling": "multiprocess", "sampling_workers": 1, "epochs": 500, "batch_size": 8},
-                          resources={"progress_timeout_s": progress_s})
+    config = with_updates(
+        raw,
+        training={"sampling": "multiprocess", "sampling_workers": 1, "epochs": 500, "batch_size": 8},
+        resources={"progress_timeout_s": progress_s},
+    )
     shm_before, sysv_before = set(os.listdir("/dev/shm")), _sysv_segments()
     stopped: list[int] = []
 
@@ -210,7 +221,6 @@ def test_train_refuses_unpublished_partitions(tmp_path):
         train(with_updates(NODE_CLASSIFICATION), tmp_path / "nothing", tmp_path / "model")
 
 
-
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: device auto would train on it")
 
 
@@ -219,8 +229,10 @@ def test_device_auto_and_cpu_train_alike_without_a_gpu(tmp_path, one_sided_valid
     # Without a GPU, auto resolves to the CPU placement, which is exactly the setting every run
     # had before device placement existed: the same metrics, epochs and weights bit for bit.
     raw, partitions, _ = one_sided_validation
-    runs = [published_state(train(with_updates(raw, training={"epochs": 2, "device": device}), partitions, tmp_path / device))
-            for device in ("auto", "cpu")]
+    runs = [
+        published_state(train(with_updates(raw, training={"epochs": 2, "device": device}), partitions, tmp_path / device))
+        for device in ("auto", "cpu")
+    ]
     assert runs[0][0]["epochs_run"] == 2
     assert runs[0][0] == runs[1][0] and runs[0][1] == runs[1][1]
     assert all(torch.equal(runs[0][2][name], runs[1][2][name]) for name in runs[0][2])

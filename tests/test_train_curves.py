@@ -19,6 +19,8 @@ from components.train import curves
 from components.train.step import train
 from tests.tiny_graph import write_tiny_graph
 
+pytestmark = pytest.mark.multiworker
+
 
 def _scalars(event_file: str) -> dict[str, list[tuple[int, float]]]:
     """(step, value) of every scalar in one event file, read back by TensorBoard's own reader."""
@@ -38,8 +40,9 @@ def _expected(lines: list[dict]) -> dict[str, list[tuple[int, float]]]:
 @pytest.fixture(scope="module")
 def tiny_partitions(tmp_path_factory) -> tuple:
     folder = tmp_path_factory.mktemp("curves")
-    config = apply_overrides(load_config(write_tiny_graph(folder / "graph")),
-                             {"training.epochs": 3, "training.batch_size": 2, "training.fan_outs": [2, 2]})
+    config = apply_overrides(
+        load_config(write_tiny_graph(folder / "graph")), {"training.epochs": 3, "training.batch_size": 2, "training.fan_outs": [2, 2]}
+    )
     root = storage.parse_uri(folder)
     preprocess(config, root.join("pre"))
     serialize(config, root.join("pre"), root.join("tfr"))
@@ -71,7 +74,10 @@ def test_published_model_holds_the_curves_and_vertex_tensorboard_gets_a_copy(tin
 
 
 def test_event_file_holds_the_numbers_only_and_tensorboard_reads_it(tmp_path):
-    history = [{"epoch": 0, "loss": 0.5, "n": 3, "early": False, "note": "x"}, {"epoch": 1, "loss": 0.1, "n": 4, "early": True, "note": "y"}]
+    history = [
+        {"epoch": 0, "loss": 0.5, "n": 3, "early": False, "note": "x"},
+        {"epoch": 1, "loss": 0.1, "n": 4, "early": True, "note": "y"},
+    ]
     name, data = curves.event_file(history, wall_time=1_700_000_000.5)
     assert name.startswith("events.out.tfevents.1700000000.")
     (tmp_path / name).write_bytes(data)

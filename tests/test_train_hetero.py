@@ -25,6 +25,8 @@ from components.preprocess.step import preprocess
 from components.serialize.step import read_graph_metadata, serialize
 from components.train.step import train
 
+pytestmark = pytest.mark.multiworker
+
 WORLD_SIZE = 2
 EPOCHS = 15
 # Chance is about 0.33 (the largest class) and the words alone give 0.39-0.45; a model that
@@ -39,11 +41,16 @@ def hetero_config(tables: dict[str, pathlib.Path], *, writes_undirected: bool = 
         "graph": {
             "nodes": [
                 {
-                    "type": "paper", "uri": str(tables["papers"]), "id_column": "paper_id", "label_column": "label",
+                    "type": "paper",
+                    "uri": str(tables["papers"]),
+                    "id_column": "paper_id",
+                    "label_column": "label",
                     "features": [{"columns": ["w*"], "transform": "passthrough"}],
                 },
                 {
-                    "type": "author", "uri": str(tables["authors"]), "id_column": "author_id",
+                    "type": "author",
+                    "uri": str(tables["authors"]),
+                    "id_column": "author_id",
                     "features": [
                         {"columns": ["h_index"], "transform": "standardize"},
                         {"columns": ["field"], "transform": "one_hot"},
@@ -53,8 +60,13 @@ def hetero_config(tables: dict[str, pathlib.Path], *, writes_undirected: bool = 
             "edges": [
                 {"type": "cites", "uri": str(tables["cites"]), "src_type": "paper", "dst_type": "paper", "undirected": True},
                 {
-                    "type": "writes", "uri": str(tables["writes"]), "src_column": "author_id", "dst_column": "paper_id",
-                    "src_type": "author", "dst_type": "paper", "undirected": writes_undirected,
+                    "type": "writes",
+                    "uri": str(tables["writes"]),
+                    "src_column": "author_id",
+                    "dst_column": "paper_id",
+                    "src_type": "author",
+                    "dst_type": "paper",
+                    "undirected": writes_undirected,
                 },
             ],
         },
@@ -100,9 +112,9 @@ def test_model_edge_types_are_the_sampled_edge_types(partitioned: Partitioned) -
     """Every edge type a GLT batch can hold has a convolution in the model (no silent skips)."""
     from graphlearn_torch.typing import reverse_edge_type
 
+    from components.gnn.build import build_model
     from components.gnn.glt_dataset import to_dist_dataset
     from components.partition.output import read_partition
-    from components.gnn.build import build_model
 
     part = read_partition(storage.open_published(partitioned.partitions, step=PARTITION_STEP), 0)
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"

@@ -32,11 +32,12 @@ JOBS = "/v1/projects/demo-project/locations/us-central1/pipelineJobs"
 pytestmark = pytest.mark.usefixtures("gcs_emulator")
 
 
-
 @pytest.fixture
 def settings(recorder: RecordingServer, gcs_bucket: str, package: str) -> TriggerSettings:
-    return TriggerSettings(VertexTarget("demo-project", "us-central1", f"gs://{gcs_bucket}/root", "runner@demo-project.iam.gserviceaccount.com",
-                                        recorder.url), package=package)
+    return TriggerSettings(
+        VertexTarget("demo-project", "us-central1", f"gs://{gcs_bucket}/root", "runner@demo-project.iam.gserviceaccount.com", recorder.url),
+        package=package,
+    )
 
 
 @pytest.fixture
@@ -61,8 +62,10 @@ def post(url: str, body: bytes | dict, headers: dict[str, str] | None = None) ->
 
 def pubsub(payload: dict | bytes, message_id: str = "1234567890") -> dict:
     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    return {"message": {"data": base64.b64encode(data).decode(), "messageId": message_id, "attributes": {}},
-            "subscription": "projects/demo-project/subscriptions/gnnflow-trigger"}
+    return {
+        "message": {"data": base64.b64encode(data).decode(), "messageId": message_id, "attributes": {}},
+        "subscription": "projects/demo-project/subscriptions/gnnflow-trigger",
+    }
 
 
 def test_handle_submits_the_config_text_overrides_and_data_version(recorder, settings, config_uri):
@@ -97,13 +100,22 @@ def test_pubsub_push_is_answered_with_the_job_and_redelivery_submits_nothing_new
 
 def test_cloudevents_structured_and_binary_and_plain_json(recorder, trigger_url, config_uri):
     payload = {"config_uri": config_uri}
-    structured = {"specversion": "1.0", "id": "evt-1", "source": "//pubsub.googleapis.com/projects/demo-project/topics/gnnflow",
-                  "type": "google.cloud.pubsub.topic.v1.messagePublished", "data": pubsub(payload, "777")}
+    structured = {
+        "specversion": "1.0",
+        "id": "evt-1",
+        "source": "//pubsub.googleapis.com/projects/demo-project/topics/gnnflow",
+        "type": "google.cloud.pubsub.topic.v1.messagePublished",
+        "data": pubsub(payload, "777"),
+    }
     status, reply = post(trigger_url, structured, {"Content-Type": "application/cloudevents+json"})
     assert status == 200 and reply["job"].endswith("/pipelineJobs/gnnflow-msg-777")
 
-    binary_headers = {"ce-specversion": "1.0", "ce-id": "evt-2", "ce-source": "//pubsub.googleapis.com/x",
-                      "ce-type": "google.cloud.pubsub.topic.v1.messagePublished"}
+    binary_headers = {
+        "ce-specversion": "1.0",
+        "ce-id": "evt-2",
+        "ce-source": "//pubsub.googleapis.com/x",
+        "ce-type": "google.cloud.pubsub.topic.v1.messagePublished",
+    }
     status, reply = post(trigger_url, pubsub(payload, "888"), binary_headers)
     assert status == 200 and reply["job"].endswith("/pipelineJobs/gnnflow-msg-888")
 
@@ -136,8 +148,9 @@ def test_bad_messages_are_answered_400_naming_the_field_and_nothing_is_sent(reco
 def test_service_failures_are_5xx_so_pubsub_retries(gcs_bucket, config_uri, package):
     with RecordingServer() as recorder:
         recorder.route("POST", JOBS, (500, {"error": {"code": 500, "message": "backend hiccup", "status": "INTERNAL"}}))
-        settings = TriggerSettings(VertexTarget("demo-project", "us-central1", f"gs://{gcs_bucket}/root", api_endpoint=recorder.url),
-                                   package=package)
+        settings = TriggerSettings(
+            VertexTarget("demo-project", "us-central1", f"gs://{gcs_bucket}/root", api_endpoint=recorder.url), package=package
+        )
         server = make_server(settings, 0, "127.0.0.1")
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
@@ -171,18 +184,31 @@ def test_kfp_target_and_cloud_function_entry_point(recorder, config_uri, package
 def test_settings_name_what_the_environment_lacks():
     with pytest.raises(Exception, match="needs GNNFLOW_REGION, GNNFLOW_PIPELINE_ROOT in its environment"):
         TriggerSettings.from_environment({"GNNFLOW_PROJECT": "p"})
-    settings = TriggerSettings.from_environment({"GOOGLE_CLOUD_PROJECT": "p", "GNNFLOW_REGION": "us-central1",
-                                                 "GNNFLOW_PIPELINE_ROOT": "gs://b/r", "GNNFLOW_CHECK_PIPELINE_ROOT": "false"})
+    settings = TriggerSettings.from_environment(
+        {
+            "GOOGLE_CLOUD_PROJECT": "p",
+            "GNNFLOW_REGION": "us-central1",
+            "GNNFLOW_PIPELINE_ROOT": "gs://b/r",
+            "GNNFLOW_CHECK_PIPELINE_ROOT": "false",
+        }
+    )
     assert settings.target == VertexTarget("p", "us-central1", "gs://b/r", check_pipeline_root=False)
 
 
 def test_python_m_pipelines_trigger_serves_on_port(recorder, gcs_bucket, config_uri, package):
     port = free_port()
-    environment = {**os.environ, "PORT": str(port), "GNNFLOW_PROJECT": "demo-project", "GNNFLOW_REGION": "us-central1",
-                   "GNNFLOW_PIPELINE_ROOT": f"gs://{gcs_bucket}/root", "GNNFLOW_VERTEX_ENDPOINT": recorder.url,
-                   "GNNFLOW_PACKAGE": package}
-    process = subprocess.Popen([sys.executable, "-m", "pipelines.trigger"], env=environment,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    environment = {
+        **os.environ,
+        "PORT": str(port),
+        "GNNFLOW_PROJECT": "demo-project",
+        "GNNFLOW_REGION": "us-central1",
+        "GNNFLOW_PIPELINE_ROOT": f"gs://{gcs_bucket}/root",
+        "GNNFLOW_VERTEX_ENDPOINT": recorder.url,
+        "GNNFLOW_PACKAGE": package,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.trigger"], env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 60
         while True:  # wait until it listens
@@ -191,7 +217,9 @@ def test_python_m_pipelines_trigger_serves_on_port(recorder, gcs_bucket, config_
                     assert json.loads(response.read()) == {"status": "ok"}
                     break
             except (urllib.error.URLError, ConnectionError):
-                assert process.poll() is None and time.monotonic() < deadline, process.stderr.read() if process.poll() is not None else "no answer"
+                assert process.poll() is None and time.monotonic() < deadline, (
+                    process.stderr.read() if process.poll() is not None else "no answer"
+                )
                 time.sleep(0.1)
         status, reply = post(f"http://127.0.0.1:{port}/", pubsub({"config_uri": config_uri}, "42"))
         assert status == 200 and reply["job"].endswith("/pipelineJobs/gnnflow-msg-42")
@@ -200,6 +228,7 @@ def test_python_m_pipelines_trigger_serves_on_port(recorder, gcs_bucket, config_
         process.wait(timeout=10)
     assert len(recorder.seen("POST", JOBS)) == 1
 
-    broken = subprocess.run([sys.executable, "-m", "pipelines.trigger"], env={**environment, "GNNFLOW_REGION": ""},
-                            capture_output=True, text=True, timeout=60)
+    broken = subprocess.run(
+        [sys.executable, "-m", "pipelines.trigger"], env={**environment, "GNNFLOW_REGION": ""}, capture_output=True, text=True, timeout=60
+    )
     assert broken.returncode == 2 and "the trigger needs GNNFLOW_REGION in its environment" in broken.stderr

@@ -15,12 +15,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from components.runtime import watchdog
 from components.config import GnnflowConfig
 from components.config.resources import WorkerTimeouts
+from components.runtime import watchdog
 from components.runtime.launcher import WorkerFailed, launch
 from tests.test_launcher import LOCAL, _children, _new_shm_files, _sysv_segments
 from tests.watchdog_workers import all_reduce_forever, late_peer
+
+pytestmark = pytest.mark.multiworker
 
 PROGRESS_S = 3.0
 
@@ -93,10 +95,12 @@ def test_waiting_at_the_rendezvous_has_the_rendezvous_limit_and_waiting_for_a_mo
 
 
 def test_progress_timeouts_come_from_the_config() -> None:
-    config = GnnflowConfig.model_validate({
-        "graph": {"nodes": [{"type": "node", "uri": "n.csv", "label_column": "y"}], "edges": [{"type": "e", "uri": "e.csv"}]},
-        "resources": {"progress_timeout_s": 7, "rpc_timeout_s": 11, "rendezvous_timeout_s": 13},
-    })
+    config = GnnflowConfig.model_validate(
+        {
+            "graph": {"nodes": [{"type": "node", "uri": "n.csv", "label_column": "y"}], "edges": [{"type": "e", "uri": "e.csv"}]},
+            "resources": {"progress_timeout_s": 7, "rpc_timeout_s": 11, "rendezvous_timeout_s": 13},
+        }
+    )
     assert config.resources.worker_timeouts == WorkerTimeouts(rendezvous_s=13, progress_s=7, rpc_s=11)
     assert GnnflowConfig.model_validate({**config.model_dump(mode="json"), "resources": {}}).resources.progress_timeout_s == 300
 
