@@ -12,7 +12,7 @@ from components.storage import Uri, parse_uri
 from tests.flaky_http_proxy import Failure, FlakyProxy
 from tests.gcs_emulator import GcsEmulator
 from tests.recording_server import RecordingServer, add_kfp_routes, add_vertex_routes, compile_package, write_inputs
-from tests.shared_datasets import require_citeseer
+from tests.shared_datasets import build_citeseer_node_partitions, require_citeseer
 from tests.small_graphs import build_one_sided_validation
 
 # ---------------------------------------------------------------------------------------
@@ -139,3 +139,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def one_sided_validation(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Uri, int]:
     """The demo graph whose validation nodes all lie in partition 0 of 2 (see build_one_sided_validation)."""
     return build_one_sided_validation(tmp_path_factory.mktemp("one_sided"))
+
+
+@pytest.fixture(scope="session")
+def citeseer_node_partitions(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Uri]:
+    """CiteSeer for node classification partitioned for 1 and 2 workers, once per session (train, full-graph)."""
+    return build_citeseer_node_partitions(tmp_path_factory.mktemp("citeseer_node"))

@@ -6,6 +6,7 @@ so that CI never passes without having run them.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 
@@ -27,3 +28,37 @@ def require_citeseer() -> None:
 # Marks a test (or, as ``pytestmark``, a module) ``citeseer``: tests/conftest.py runs
 # require_citeseer() before any fixture of such a test is set up.
 needs_citeseer = pytest.mark.citeseer
+
+
+def citeseer_graph() -> dict:
+    """A config's ``graph`` section over the CiteSeer tables: papers with features ``f*``, labels and the
+    standard split, and citations (a new dict each call: tests change their copies)."""
+    return {
+        "nodes": [
+            {
+                "type": "paper",
+                "uri": str(CITESEER / "nodes.csv.gz"),
+                "label_column": "label",
+                "split_column": "split",
+                "features": [{"columns": ["f*"]}],
+            }
+        ],
+        "edges": [{"type": "cites", "uri": str(CITESEER / "edges.csv.gz"), "src_type": "paper", "dst_type": "paper"}],
+    }
+
+
+def build_citeseer_node_partitions(root: pathlib.Path) -> dict[int, object]:
+    """CiteSeer for node classification (standard split, 2 shards a type), preprocessed once and
+    partitioned for 1 and for 2 workers: {workers: partition output URI}."""
+    from components import storage
+    from components.config import parse_config
+    from components.partition.step import partition
+    from components.preprocess.step import preprocess
+    from components.serialize.step import serialize
+
+    require_citeseer()
+    config = parse_config(json.dumps({"graph": citeseer_graph(), "serialize": {"num_shards": 2}}), "CiteSeer node classification")
+    base = storage.parse_uri(root)
+    preprocess(config, base.join("pre"))
+    serialize(config, base.join("pre"), base.join("tfr"))
+    return {n: partition(base.join("tfr"), base.join(f"parts{n}"), config.partition, world_size=n).root for n in (1, 2)}

@@ -16,26 +16,9 @@ from components.config import load_config
 from components.preprocess.step import preprocess
 from components.serialize.step import read_graph_metadata, serialize
 from pipelines.cli import main as gnnflow
-from tests.shared_datasets import CITESEER, needs_citeseer, require_citeseer  # noqa: F401 - re-exported to the other CiteSeer tests
+from tests.shared_datasets import CITESEER, citeseer_graph, needs_citeseer, require_citeseer  # noqa: F401 - re-exported to the other CiteSeer tests
 
 pytestmark = needs_citeseer
-
-
-def citeseer_graph() -> dict:
-    """A config's ``graph`` section over the CiteSeer tables: papers with features ``f*``, labels and the
-    standard split, and citations (a new dict each call: tests change their copies)."""
-    return {
-        "nodes": [
-            {
-                "type": "paper",
-                "uri": str(CITESEER / "nodes.csv.gz"),
-                "label_column": "label",
-                "split_column": "split",
-                "features": [{"columns": ["f*"]}],
-            }
-        ],
-        "edges": [{"type": "cites", "uri": str(CITESEER / "edges.csv.gz"), "src_type": "paper", "dst_type": "paper"}],
-    }
 
 
 @pytest.fixture(scope="module")

@@ -24,10 +24,7 @@ from components.errors import GnnflowError
 from components.infer.restore import restore_model
 from components.infer.step import infer
 from components.partition.output import read_metadata, read_original_ids, read_partition
-from components.partition.step import partition
-from components.preprocess.step import preprocess
 from components.runtime.launcher import launch
-from components.serialize.step import serialize
 from components.train.step import train
 from tests.full_graph_workers import classifier, full_graph_pass
 from tests.test_citeseer import citeseer_graph, needs_citeseer
@@ -223,14 +220,10 @@ def citeseer_config(**sections: dict) -> GnnflowConfig:
     return parse_config(yaml.safe_dump(raw), "test config")
 
 
-@pytest.fixture(scope="module")
-def citeseer_parts(tmp_path_factory) -> dict[int, storage.Uri]:
-    """CiteSeer preprocessed once, partitioned for 1 and for 2 workers."""
-    root = storage.parse_uri(tmp_path_factory.mktemp("full_graph"))
-    config = citeseer_config()
-    preprocess(config, root.join("pre"))
-    serialize(config, root.join("pre"), root.join("tfr"))
-    return {n: partition(root.join("tfr"), root.join(f"parts{n}"), config.partition, world_size=n).root for n in (1, 2)}
+@pytest.fixture
+def citeseer_parts(citeseer_node_partitions) -> dict[int, storage.Uri]:
+    """CiteSeer for node classification, partitioned for 1 and for 2 workers (shared by the session)."""
+    return citeseer_node_partitions
 
 
 @pytest.fixture(scope="module")

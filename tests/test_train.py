@@ -48,14 +48,10 @@ NODE_CLASSIFICATION = {
 }
 
 
-@pytest.fixture(scope="module")
-def citeseer_partitions(tmp_path_factory) -> dict[int, storage.Uri]:
-    """CiteSeer for node classification, partitioned for 1 and for 2 workers."""
-    root = storage.parse_uri(tmp_path_factory.mktemp("train"))
-    config = with_updates(NODE_CLASSIFICATION)
-    preprocess(config, root.join("pre"))
-    serialize(config, root.join("pre"), root.join("tfr"))
-    return {n: partition(root.join("tfr"), root.join(f"parts{n}"), config.partition, world_size=n).root for n in (1, 2)}
+@pytest.fixture
+def citeseer_partitions(citeseer_node_partitions) -> dict[int, storage.Uri]:
+    """CiteSeer for node classification, partitioned for 1 and for 2 workers (shared by the session)."""
+    return citeseer_node_partitions
 
 
 @needs_citeseer
