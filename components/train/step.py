@@ -191,9 +191,13 @@ def _train_epochs(
     metric = VALIDATION_METRIC[task_type]
     patience = config.training.early_stopping_patience
     stopped_early = patience is not None and state.epochs_without_improvement >= patience  # a resumed run that had stopped
+    _seed_everything(config.training.seed + 1000 * state.next_epoch + ctx.rank)
     for epoch in range(state.next_epoch, 0 if stopped_early else config.training.epochs):
-        # Seeded per epoch, not once: a run resumed at epoch e draws what an uninterrupted one did.
-        _seed_everything(config.training.seed + 1000 * epoch + ctx.rank)
+        if config.training.mode == "sampled":
+            # Sampled training reseeds every epoch: a run resumed at batch b of epoch e draws what an
+            # uninterrupted one did. (A full-graph epoch is one step, resumed only at its end; its
+            # random stream stays the one its accuracy figures were measured with.)
+            _seed_everything(config.training.seed + 1000 * epoch + ctx.rank)
         start = _epoch_start(state, ctx.rank)
         state.mid_epoch = False
         agreement = None if config.training.mode == "full_graph" else _agreement(config, state, start, task, model, optimizer, output)
