@@ -282,8 +282,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
     state = _resumed_state(ctx, config, output, partitions.manifest.generation, model, optimizer)
     preempted = _train_epochs(ctx, config, schema.task_type, task, model, ddp, optimizer, state, output)
     if preempted is not None:
-        task.shutdown()
-        stop()
+        # The checkpoint exists on every rank's word: no orderly shutdown of loaders and RPC (a
+        # Spot VM's 30 s are short); the launcher ends the sampling processes and frees their memory.
         return preempted
     model.load_state_dict(state.best_model or model.state_dict())
     final: dict[str, float] = {"best_epoch": state.best_epoch, "epochs_run": state.next_epoch}

@@ -141,8 +141,11 @@ class Supervisor:
         while not all(worker.exited for worker in self.workers):
             self._record([w.process.pid for w in self.workers if not w.exited])  # type: ignore[misc]
             failures = self._collect(_POLL_S)
-            if self.terminated_at is not None and (failures or time.monotonic() > self.terminated_at + _TERMINATION_GRACE_S):
-                sys.exit(128 + signal.SIGTERM)  # the workers died of it, or took too long
+            if self.terminated_at is not None:
+                if not failures and all(worker.has_result for worker in self.workers):
+                    return  # every worker stopped cleanly on it: the cleanup ends what they leave running
+                if failures or time.monotonic() > self.terminated_at + _TERMINATION_GRACE_S:
+                    sys.exit(128 + signal.SIGTERM)  # the workers died of it, or took too long
             if failures:
                 # A peer's error is often a consequence of a death (gloo: "connection closed by
                 # peer") visible by now: look once more, blame deaths first, then the earliest error.
