@@ -6,13 +6,16 @@ neighbours, and a mean aggregates fewer of them than PyG's ``NeighborLoader`` wo
 draw is replaced on every partition, for the trainer's own sources and for those its peers ask it
 to sample over RPC:
 
-* Each batch's draws come from a generator seeded with the loader's ``random_seed``
-  (``training.seed`` + rank) and the batch's seeds in their order: a batch is sampled the same
-  whenever it is sampled, so an epoch resumed at its n-th batch (``components.gnn.epoch``) draws
-  what the uninterrupted epoch drew, without replaying the batches before.
-* ``DistNeighborSampler._sample_one_hop`` (once per hop and edge type) takes one key from the
-  batch's generator and hands each partition's share of the sources to that partition's ``NeighborSampler`` with
-  a key derived from it and the partition: its own directly, a peer's over GLT's RPC (as the
+* ``DistNeighborSampler._sample_one_hop`` (once per hop and edge type) takes one key from its
+  sampler's generator, seeded with the loader's ``random_seed`` (``training.seed`` + rank). In
+  the trainer's own process that generator's state is checkpointed and restored with the run
+  (``sampler_key_states``). A sampling subprocess samples ahead of training, so no state of its
+  generator matches a batch position: there each batch draws from a generator seeded with the
+  loader's seed and the batch's seeds in their order (``use_batch_keys``), a batch being drawn
+  the same whenever it is sampled. Either way an epoch resumed at its n-th batch
+  (``components.gnn.epoch``) draws what the uninterrupted epoch drew. The sampler hands each
+  partition's share of the sources to that partition's ``NeighborSampler`` with a key derived
+  from it and the partition: its own directly, a peer's over GLT's RPC (as the
   keyword ``draw_key``, which GLT's RPC callee passes on).
 * ``NeighborSampler.sample_one_hop`` given a key draws ``min(k, degree)`` distinct neighbours of
   every source from its partition's CSR, with a generator seeded by that key alone. The draw is a
@@ -40,6 +43,7 @@ _KEY_SPACE = 1 << 62
 _PARTITION_STRIDE = 0x9E3779B97F4A7C15  # odd: partitions of one call get unrelated keys
 
 _replace = False  # read when a sampler is built (see ``replacement``)
+_keys_per_batch = False  # set in sampling subprocesses (see ``use_batch_keys``)
 # The generator of the batch being sampled: each batch's coroutine runs in its own context.
 _batch_keys: contextvars.ContextVar[torch.Generator | None] = contextvars.ContextVar("gnnflow_batch_keys", default=None)
 _installed = False
@@ -55,6 +59,29 @@ def replacement(replace: bool) -> Iterator[None]:
         yield
     finally:
         _replace = before
+
+
+def use_batch_keys() -> None:
+    """For a GLT sampling subprocess: every batch draws from its own generator (see the module text)."""
+    global _keys_per_batch
+    _keys_per_batch = True
+
+
+def sampler_key_states(loaders: dict) -> dict[str, torch.Tensor]:
+    """The state of each in-process loader's key generator (``loaders``: name → GLT loader); a
+    loader that samples in subprocesses has none here."""
+    states = {}
+    for name, loader in loaders.items():
+        producer = getattr(loader, "_collocated_producer", None)
+        sampler = getattr(producer, "_collocated_sampler", None) if producer is not None else None
+        if sampler is not None and hasattr(sampler, "gnnflow_keys"):
+            states[name] = sampler.gnnflow_keys.get_state()
+    return states
+
+
+def restore_sampler_key_states(loaders: dict, states: dict[str, torch.Tensor]) -> None:
+    for name, state in states.items():
+        loaders[name]._collocated_producer._collocated_sampler.gnnflow_keys.set_state(state)
 
 
 def set_replacement(replace: bool) -> None:
@@ -216,11 +243,13 @@ def install() -> None:
     glt_from_nodes, glt_from_edges = DistNeighborSampler._sample_from_nodes, DistNeighborSampler._sample_from_edges
 
     async def sample_from_nodes(self, inputs):  # noqa: ANN001, ANN202
-        _batch_keys.set(batch_generator(self, inputs.node, inputs.input_type))
+        if _keys_per_batch:
+            _batch_keys.set(batch_generator(self, inputs.node, inputs.input_type))
         return await glt_from_nodes(self, inputs)
 
     async def sample_from_edges(self, inputs):  # noqa: ANN001, ANN202
-        _batch_keys.set(batch_generator(self, torch.stack([inputs.row, inputs.col]), inputs.input_type))
+        if _keys_per_batch:
+            _batch_keys.set(batch_generator(self, torch.stack([inputs.row, inputs.col]), inputs.input_type))
         return await glt_from_edges(self, inputs)
 
     DistNeighborSampler.__init__ = init

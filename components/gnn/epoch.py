@@ -13,6 +13,7 @@ from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
+from components.gnn.distinct_sampling import restore_sampler_key_states
 from components.gnn.interruption import BatchAgreement, restore_rng_states
 from components.gnn.sampling import resumed_iterator
 from components.runtime import watchdog
@@ -21,23 +22,30 @@ from components.runtime import watchdog
 @dataclass(frozen=True)
 class EpochStart:
     """Where a rank starts an epoch: at its beginning, or after ``skip`` batches a checkpoint
-    holds, with the running sums and random states it had then."""
+    holds, with the random states it had when the epoch began (``epoch_rng``, which the epoch's
+    seed order is drawn from) and after those batches (``rng``, ``samplers``: the in-process
+    loaders' key generators), and its running sums then."""
 
     skip: int = 0
     sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    epoch_rng: dict[str, Any] | None = None
     rng: dict[str, Any] | None = None
+    samplers: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 FROM_THE_START = EpochStart()
 
 
-def trained_batches(model: nn.Module, loader, agreement: BatchAgreement | None, start: EpochStart) -> Iterator[Any]:
-    """``loader``'s batches from ``start.skip`` on. Each is trained by the caller before it asks
-    for the next one; the ranks then agree whether to stop there. A rank with fewer batches
-    joins DDP (which shadows its peers' all-reduces) and the agreement until all are done."""
-    iterator = resumed_iterator(loader, start.skip)
+def trained_batches(model: nn.Module, loaders: dict, agreement: BatchAgreement | None, start: EpochStart) -> Iterator[Any]:
+    """The batches of ``loaders["train"]`` from ``start.skip`` on. Each is trained by the caller
+    before it asks for the next one; the ranks then agree whether to stop there. A rank with fewer
+    batches joins DDP (which shadows its peers' all-reduces) and the agreement until all are done."""
+    if start.epoch_rng is not None:
+        restore_rng_states(start.epoch_rng)
+    iterator = resumed_iterator(loaders["train"], start.skip)
     if start.rng is not None:  # after the skip: in-process shuffling draws its order at the first batch
         restore_rng_states(start.rng)
+    restore_sampler_key_states(loaders, start.samplers)
     joinables: list[Any] = [model] if isinstance(model, DistributedDataParallel) else []
     if agreement is not None:
         joinables.append(agreement)

@@ -160,6 +160,7 @@ def _options_with_fixes(state: dict):
     setting its draw (fix 5): the subprocess unpickles its arguments before it builds its sampler."""
     install()
     distinct_sampling.set_replacement(bool(state.get(REPLACE_OPTION, False)))
+    distinct_sampling.use_batch_keys()
     from graphlearn_torch.distributed import MpDistSamplingWorkerOptions
 
     options = MpDistSamplingWorkerOptions.__new__(MpDistSamplingWorkerOptions)

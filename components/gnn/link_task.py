@@ -99,7 +99,7 @@ class LinkTask:
         } | {k: v.clone() for k, v in start.sums.items()}
         bar = progress("train", unit="batch") if show_progress else None
         remote = RemoteCounter(self.node_counts, self.rank, *self.sums["remote"].tolist())
-        for batch in trained_batches(model, self.loaders["train"], agreement, start):
+        for batch in trained_batches(model, self.loaders, agreement, start):
             remote.add(batch)
             optimizer.zero_grad()
             pairs, label = in_batch_negatives(*self._labelled_pairs(batch), self.in_batch_rolls)

@@ -85,7 +85,7 @@ class NodeTask:
         } | {k: v.clone() for k, v in start.sums.items()}
         remote = RemoteCounter(self.node_counts, self.rank, *self.sums["remote"].tolist())
         bar = progress("train", unit="batch") if show_progress else None
-        for batch in trained_batches(model, self.loaders["train"], agreement, start):
+        for batch in trained_batches(model, self.loaders, agreement, start):
             remote.add(batch)
             y = self._seed_labels(batch)
             optimizer.zero_grad()

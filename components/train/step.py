@@ -26,6 +26,7 @@ from components.config import GnnflowConfig
 from components.gnn import interruption
 from components.gnn.build import build_model
 from components.gnn.device import Placement, check_device, worker_placement
+from components.gnn.distinct_sampling import restore_sampler_key_states, sampler_key_states
 from components.gnn.epoch import FROM_THE_START, EpochStart
 from components.gnn.glt_dataset import node_splits, to_dist_dataset
 from components.gnn.interruption import BatchAgreement
@@ -121,11 +122,32 @@ def _epoch_start(state: checkpoint.TrainingState, rank: int) -> EpochStart:
     if not state.mid_epoch:
         return FROM_THE_START
     own = checkpoint.for_rank(state, rank)
-    return EpochStart(own["batches"], own["sums"], own["rng"])
+    return EpochStart(own["batches"], own["sums"], own["epoch_rng"], own["rng"], own["samplers"])
+
+
+def _random_state(task) -> dict:
+    """This rank's random state between two epochs: its generators' and its in-process loaders' key generators'."""
+    return {"rng": interruption.rng_states(), "samplers": sampler_key_states(getattr(task, "loaders", {}))}
+
+
+def _restore_random_state(task, own: dict) -> bool:
+    """Restores what :func:`_random_state` saved, if the checkpoint holds it; whether it did."""
+    if "rng" not in own:
+        return False
+    interruption.restore_rng_states(own["rng"])
+    restore_sampler_key_states(getattr(task, "loaders", {}), own.get("samplers", {}))
+    return True
 
 
 def _agreement(
-    config: GnnflowConfig, state: checkpoint.TrainingState, start: EpochStart, task, model, optimizer, output: storage.Uri
+    config: GnnflowConfig,
+    state: checkpoint.TrainingState,
+    start: EpochStart,
+    epoch_rng: dict,
+    task,
+    model,
+    optimizer,
+    output: storage.Uri,
 ) -> BatchAgreement:
     """The epoch's stop-and-checkpoint agreement: every rank snapshots itself, rank 0 writes them."""
 
@@ -134,9 +156,9 @@ def _agreement(
             "model": model.state_dict(),  # pickled (gathered or saved) before training goes on
             "optimizer": optimizer.state_dict(),
             "batches": start.skip + agreement.batches,
-            "rng": interruption.rng_states(),
+            "epoch_rng": epoch_rng,
             "sums": task.epoch_sums(),
-        }
+        } | _random_state(task)
 
     def write(snapshots: list[dict], stopping: bool) -> None:
         began = time.perf_counter()
@@ -191,16 +213,16 @@ def _train_epochs(
     metric = VALIDATION_METRIC[task_type]
     patience = config.training.early_stopping_patience
     stopped_early = patience is not None and state.epochs_without_improvement >= patience  # a resumed run that had stopped
-    _seed_everything(config.training.seed + 1000 * state.next_epoch + ctx.rank)
+    # A checkpoint that holds this rank's random state continues its streams (a resumed run draws
+    # what an uninterrupted one did); an older one, or none, seeds them.
+    if state.mid_epoch or not _restore_random_state(task, checkpoint.for_rank(state, ctx.rank)):
+        _seed_everything(config.training.seed + 1000 * state.next_epoch + ctx.rank)
     for epoch in range(state.next_epoch, 0 if stopped_early else config.training.epochs):
-        if config.training.mode == "sampled":
-            # Sampled training reseeds every epoch: a run resumed at batch b of epoch e draws what an
-            # uninterrupted one did. (A full-graph epoch is one step, resumed only at its end; its
-            # random stream stays the one its accuracy figures were measured with.)
-            _seed_everything(config.training.seed + 1000 * epoch + ctx.rank)
         start = _epoch_start(state, ctx.rank)
+        epoch_rng = start.epoch_rng or interruption.rng_states()  # what this epoch's seed order is drawn from
         state.mid_epoch = False
-        agreement = None if config.training.mode == "full_graph" else _agreement(config, state, start, task, model, optimizer, output)
+        sampled = config.training.mode == "sampled"
+        agreement = _agreement(config, state, start, epoch_rng, task, model, optimizer, output) if sampled else None
         result = task.train_epoch(ddp, optimizer, show_progress=ctx.rank == 0, agreement=agreement, start=start)
         if agreement is not None and agreement.stopped:
             return _preempted(ctx, epoch, start.skip + agreement.batches, output)
@@ -227,7 +249,7 @@ def _train_epochs(
             state.epochs_without_improvement += 1
         state.next_epoch = epoch + 1
         state.model = model.state_dict()
-        state.ranks = gather_to_rank_zero({"optimizer": optimizer.state_dict()})
+        state.ranks = gather_to_rank_zero({"optimizer": optimizer.state_dict()} | _random_state(task))
         if ctx.rank == 0:
             with watchdog.phase("writing"):
                 checkpoint.save(state, output)
