@@ -220,7 +220,7 @@ def citeseer_config(**sections: dict) -> GnnflowConfig:
     return parse_config(yaml.safe_dump(raw), "test config")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def citeseer_parts(citeseer_node_partitions) -> dict[int, storage.Uri]:
     """CiteSeer for node classification, partitioned for 1 and for 2 workers (shared by the session)."""
     return citeseer_node_partitions

@@ -48,7 +48,7 @@ NODE_CLASSIFICATION = {
 }
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def citeseer_partitions(citeseer_node_partitions) -> dict[int, storage.Uri]:
     """CiteSeer for node classification, partitioned for 1 and for 2 workers (shared by the session)."""
     return citeseer_node_partitions
