@@ -13,8 +13,8 @@ from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
-from components.gnn.distinct_sampling import restore_sampler_key_states
-from components.gnn.interruption import BatchAgreement, restore_rng_states
+from components.gnn.distinct_sampling import restore_sampler_key_states, sampler_key_states
+from components.gnn.interruption import BatchAgreement, restore_rng_states, rng_states
 from components.gnn.sampling import resumed_iterator
 from components.runtime import watchdog
 
@@ -23,17 +23,28 @@ from components.runtime import watchdog
 class EpochStart:
     """Where a rank starts an epoch: at its beginning, or after ``skip`` batches a checkpoint
     holds, with the random states it had when the epoch began (``epoch_rng``, which the epoch's
-    seed order is drawn from) and after those batches (``rng``, ``samplers``: the in-process
+    seed order is drawn from) and after those batches (``random``, which includes the in-process
     loaders' key generators), and its running sums then."""
 
     skip: int = 0
     sums: dict[str, torch.Tensor] = field(default_factory=dict)
     epoch_rng: dict[str, Any] | None = None
-    rng: dict[str, Any] | None = None
-    samplers: dict[str, torch.Tensor] = field(default_factory=dict)
+    random: dict[str, Any] | None = None  # what random_state() returned after those batches
 
 
 FROM_THE_START = EpochStart()
+
+
+def random_state(loaders: dict) -> dict[str, Any]:
+    """This rank's random state: its generators' (``rng``) and its in-process ``loaders``' key
+    generators' (``samplers``)."""
+    return {"rng": rng_states(), "samplers": sampler_key_states(loaders)}
+
+
+def restore_random_state(loaders: dict, saved: dict[str, Any]) -> None:
+    """Puts back what :func:`random_state` returned."""
+    restore_rng_states(saved["rng"])
+    restore_sampler_key_states(loaders, saved.get("samplers", {}))
 
 
 def trained_batches(model: nn.Module, loaders: dict, agreement: BatchAgreement | None, start: EpochStart) -> Iterator[Any]:
@@ -43,9 +54,8 @@ def trained_batches(model: nn.Module, loaders: dict, agreement: BatchAgreement |
     if start.epoch_rng is not None:
         restore_rng_states(start.epoch_rng)
     iterator = resumed_iterator(loaders["train"], start.skip)
-    if start.rng is not None:  # after the skip: in-process shuffling draws its order at the first batch
-        restore_rng_states(start.rng)
-    restore_sampler_key_states(loaders, start.samplers)
+    if start.random is not None:  # after the skip: in-process shuffling draws its order at the first batch
+        restore_random_state(loaders, start.random)
     joinables: list[Any] = [model] if isinstance(model, DistributedDataParallel) else []
     if agreement is not None:
         joinables.append(agreement)

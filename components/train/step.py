@@ -26,12 +26,12 @@ from components.config import GnnflowConfig
 from components.gnn import interruption
 from components.gnn.build import build_model
 from components.gnn.device import Placement, check_device, worker_placement
-from components.gnn.distinct_sampling import restore_sampler_key_states, sampler_key_states
-from components.gnn.epoch import FROM_THE_START, EpochStart
+from components.gnn.epoch import FROM_THE_START, EpochStart, random_state, restore_random_state
 from components.gnn.glt_dataset import node_splits, to_dist_dataset
 from components.gnn.interruption import BatchAgreement
 from components.gnn.link_labels import training_edges
 from components.gnn.link_task import LinkTask
+from components.gnn.metrics import all_sum
 from components.gnn.model import HomogeneousGCN, HomogeneousSAGE
 from components.gnn.node_task import NodeTask
 from components.gnn.sampling import RPC_THREADS, SamplingSetup
@@ -40,7 +40,7 @@ from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_partition
 from components.runtime import watchdog
 from components.runtime.collectives import gather_to_rank_zero
-from components.runtime.launcher import WorkerContext, cluster_from_environment, launch_staged, use_worker_threads
+from components.runtime.launcher import WorkerContext, launch_staged, publishes_here, use_worker_threads
 from components.train import attempts, checkpoint, curves
 from components.train.full_graph import full_graph_setup
 from components.train.output import HISTORY_FILE, METRICS_FILE, MODEL_FILE, SPEC_FILE, STEP, VALIDATION_METRIC
@@ -122,20 +122,19 @@ def _epoch_start(state: checkpoint.TrainingState, rank: int) -> EpochStart:
     if not state.mid_epoch:
         return FROM_THE_START
     own = checkpoint.for_rank(state, rank)
-    return EpochStart(own["batches"], own["sums"], own["epoch_rng"], own["rng"], own["samplers"])
+    return EpochStart(own["batches"], own["sums"], own["epoch_rng"], own)
 
 
-def _random_state(task) -> dict:
-    """This rank's random state between two epochs: its generators' and its in-process loaders' key generators'."""
-    return {"rng": interruption.rng_states(), "samplers": sampler_key_states(getattr(task, "loaders", {}))}
+def _loaders(task) -> dict:
+    """The task's GLT loaders by name (none in full-graph training)."""
+    return getattr(task, "loaders", {})
 
 
 def _restore_random_state(task, own: dict) -> bool:
-    """Restores what :func:`_random_state` saved, if the checkpoint holds it; whether it did."""
+    """Restores the random state a checkpoint holds for this rank, if it holds one; whether it did."""
     if "rng" not in own:
         return False
-    interruption.restore_rng_states(own["rng"])
-    restore_sampler_key_states(getattr(task, "loaders", {}), own.get("samplers", {}))
+    restore_random_state(_loaders(task), own)
     return True
 
 
@@ -158,19 +157,15 @@ def _agreement(
             "batches": start.skip + agreement.batches,
             "epoch_rng": epoch_rng,
             "sums": task.epoch_sums(),
-        } | _random_state(task)
+        } | random_state(_loaders(task))
 
     def write(snapshots: list[dict], stopping: bool) -> None:
         began = time.perf_counter()
+        saved = dataclasses.replace(state, ranks=snapshots, mid_epoch=True)
         with watchdog.phase("writing"):
-            checkpoint.save(dataclasses.replace(state, ranks=snapshots, mid_epoch=True), output)
-        log.info(
-            "%s: checkpoint at batch %s of epoch %d written in %.2f s",
-            "SIGTERM" if stopping else "periodic",
-            "/".join(str(s["batches"]) for s in snapshots),
-            state.next_epoch + 1,
-            time.perf_counter() - began,
-        )
+            checkpoint.save(saved, output)
+        kind = "SIGTERM" if stopping else "periodic"
+        log.info("%s: checkpoint at %s written in %.2f s", kind, checkpoint.position(saved), time.perf_counter() - began)
 
     training = config.training
     agreement = BatchAgreement(training.checkpoint_every_batches, training.checkpoint_every_seconds, snapshot, write)
@@ -179,11 +174,7 @@ def _agreement(
 
 def _any_rank(flag: bool) -> bool:
     """Whether ``flag`` holds on some rank (collective)."""
-    value = torch.tensor([int(flag)])
-    if dist.is_initialized():
-        with watchdog.phase("all-reduce"):
-            dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value)
+    return bool(all_sum(torch.tensor([int(flag)])))
 
 
 def _preempted(ctx: WorkerContext, epoch: int, batches: int, output: storage.Uri) -> interruption.Preempted:
@@ -249,7 +240,7 @@ def _train_epochs(
             state.epochs_without_improvement += 1
         state.next_epoch = epoch + 1
         state.model = model.state_dict()
-        state.ranks = gather_to_rank_zero({"optimizer": optimizer.state_dict()} | _random_state(task))
+        state.ranks = gather_to_rank_zero({"optimizer": optimizer.state_dict()} | random_state(_loaders(task)))
         if ctx.rank == 0:
             with watchdog.phase("writing"):
                 checkpoint.save(state, output)
@@ -349,8 +340,7 @@ def train(config: GnnflowConfig, input_uri: storage.Uri | str, output: storage.U
     job = TrainJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, config)
     log.info("train: %s → %s, %d worker(s), %s", input_uri, output, world_size, config.task.type)
     start = time.perf_counter()
-    cluster = cluster_from_environment()
-    records_attempts = cluster is None or cluster.replica_rank == 0  # one writer of the failure record
+    records_attempts = publishes_here()  # one writer of the failure record
     point = attempts.resume_point(output)
     try:
         result = launch_staged(

@@ -6,7 +6,7 @@ are usually blocked in a collective), everything the workers started dies with t
 gets a `WorkerFailed` naming rank and cause.
 """
 
-from components.runtime.launcher.cluster import ClusterSpec, cluster_from_environment
+from components.runtime.launcher.cluster import ClusterSpec, cluster_from_environment, publishes_here
 from components.runtime.launcher.context import VERBOSE_ENV, WorkerContext, WorkerFailed, use_worker_threads, verbose
 from components.runtime.launcher.launch import launch, launch_staged
 from components.runtime.launcher.supervisor import WORKER_MALLOC_ARENAS
@@ -20,6 +20,7 @@ __all__ = [
     "cluster_from_environment",
     "launch",
     "launch_staged",
+    "publishes_here",
     "use_worker_threads",
     "verbose",
 ]

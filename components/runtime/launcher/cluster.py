@@ -70,3 +70,9 @@ def _integer(text: str, name: str, low: int, high: int | None = None) -> int:
     if value < low or (high is not None and value > high):
         raise GnnflowError(f"{name}={value} is not in [{low}, {'inf' if high is None else high}]")
     return value
+
+
+def publishes_here(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process's replica publishes a step's output: every local run; replica 0 of a cluster."""
+    cluster = cluster_from_environment(environ)
+    return cluster is None or cluster.replica_rank == 0

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from components.config.resources import DEFAULT_TIMEOUTS, WorkerTimeouts
 from components.errors import GnnflowError
-from components.runtime.launcher.cluster import ClusterSpec, cluster_from_environment
+from components.runtime.launcher.cluster import ClusterSpec, cluster_from_environment, publishes_here
 from components.runtime.launcher.context import WorkerContext
 from components.runtime.launcher.supervisor import Supervisor
 from components.runtime.rendezvous import host_stores
@@ -85,8 +85,7 @@ def launch_staged(
     the step that is not a failure of the workers), that replica deletes what was staged before
     raising it, so the output published before stays as it was.
     """
-    cluster = cluster_from_environment()
-    publishes = cluster is None or cluster.replica_rank == 0
+    publishes = publishes_here()
     try:
         results = launch(worker, args, world_size=world_size, processes_per_replica=processes_per_replica, timeouts=timeouts)
         if stopped := [result for result in results if isinstance(result, BaseException)]:
