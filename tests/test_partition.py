@@ -110,22 +110,32 @@ def check_partitions(published: storage.PublishedOutput, whole: dict[str, torch.
         assert list(originals[:5]) == [whole["original"][int(i)] for i in p.nodes[NODE]["source_id"][:5]]
 
 
-def test_citeseer_two_workers_local(tmp_path, citeseer_tfrecords):
-    published = partition(citeseer_tfrecords.root, tmp_path / "parts", PartitionSpec(), world_size=2)
-    assert published.manifest.counts == {"partitions": 2, f"nodes.{NODE}": 3327, f"edges.{EDGE}": 9104}
-    whole = whole_graph(citeseer_tfrecords)
-    check_partitions(published, whole, 2)
-    # GLT's distributed neighbor loader over the stored partitions returns the original values.
+def _sampled(published: storage.PublishedOutput, whole: dict) -> list[dict]:
+    """What GLT's distributed neighbour loader over the stored partitions returned, per worker."""
     source_of = torch.cat([read_partition(published, i).nodes[NODE]["source_id"] for i in range(2)])
-    results = launch(sample_and_check, (str(tmp_path / "parts"), whole["features"], whole["label"], source_of), world_size=2)
+    return launch(sample_and_check, (str(published.root), whole["features"], whole["label"], source_of), world_size=2)
+
+
+@pytest.fixture(scope="module")
+def hashed(citeseer_tfrecords, tmp_path_factory) -> tuple[storage.PublishedOutput, list[dict]]:
+    """CiteSeer hash-partitioned for 2 workers, and what sampling it returned (two tests read both)."""
+    published = partition(citeseer_tfrecords.root, tmp_path_factory.mktemp("hashed") / "parts", PartitionSpec(), world_size=2)
+    return published, _sampled(published, whole_graph(citeseer_tfrecords))
+
+
+def test_citeseer_two_workers_local(citeseer_tfrecords, hashed):
+    published, results = hashed
+    assert published.manifest.counts == {"partitions": 2, f"nodes.{NODE}": 3327, f"edges.{EDGE}": 9104}
+    check_partitions(published, whole_graph(citeseer_tfrecords), 2)
+    # GLT's distributed neighbor loader over the stored partitions returns the original values.
     for counts in results:
         assert counts["seeds"] == 256 and counts["batches"] == 4
         assert counts["remote"] > 0, "some sampled neighbours live in the other partition"
         assert counts["feature_mismatch"] == 0 and counts["label_mismatch"] == 0
 
 
-def test_label_propagation_cuts_fewer_edges_and_fetches_less(tmp_path, citeseer_tfrecords):
-    hashed = partition(citeseer_tfrecords.root, tmp_path / "hash", PartitionSpec(), world_size=2)
+def test_label_propagation_cuts_fewer_edges_and_fetches_less(tmp_path, citeseer_tfrecords, hashed):
+    hashed, hashed_counts = hashed
     options = PartitionSpec(method="label_propagation")
     published = partition(citeseer_tfrecords.root, tmp_path / "lp", options, world_size=2)
     whole = whole_graph(citeseer_tfrecords)
@@ -139,9 +149,7 @@ def test_label_propagation_cuts_fewer_edges_and_fetches_less(tmp_path, citeseer_
     assert crcs == {k: v.crc32c for k, v in rerun.manifest.files.items()}, "reruns are bit-identical"
     # Fewer of the nodes GLT samples live in the other partition.
     fetched = {}
-    for name, output in (("hash", hashed), ("lp", published)):
-        source_of = torch.cat([read_partition(output, i).nodes[NODE]["source_id"] for i in range(2)])
-        counts = launch(sample_and_check, (str(output.root), whole["features"], whole["label"], source_of), world_size=2)
+    for name, counts in (("hash", hashed_counts), ("lp", _sampled(published, whole))):
         assert all(c["feature_mismatch"] == 0 and c["label_mismatch"] == 0 for c in counts)
         fetched[name] = sum(c["remote"] for c in counts) / sum(c["sampled"] for c in counts)
     assert fetched["lp"] < 0.6 * fetched["hash"], fetched

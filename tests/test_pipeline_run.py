@@ -142,9 +142,9 @@ def test_citeseer_end_to_end_on_gcs(gcs_bucket, tmp_path, capsys):
     raw["graph"]["nodes"][0]["uri"] = f"gs://{gcs_bucket}/raw/nodes.csv.gz"
     raw["graph"]["edges"][0]["uri"] = f"gs://{gcs_bucket}/raw/edges.csv.gz"
     raw["output"] = {"root": f"gs://{gcs_bucket}/runs"}
-    # 120 labelled nodes overfit within a few epochs at lr 0.01; a smaller step and stronger
-    # weight decay give a steadier validation curve (test accuracy 0.71 in a manual run).
-    raw["training"] |= {"learning_rate": 0.005, "weight_decay": 0.005}
+    # What this adds to tests/test_train.py (which trains the same config to the accuracy figure)
+    # is every step on gs://: a short run, scored against chance below.
+    raw["training"] |= {"epochs": 20, "early_stopping_patience": None}
     config = f"gs://{gcs_bucket}/config.yaml"
     storage.write_text(config, yaml.safe_dump(raw))
     root = f"gs://{gcs_bucket}/runs/citeseer"
@@ -152,7 +152,9 @@ def test_citeseer_end_to_end_on_gcs(gcs_bucket, tmp_path, capsys):
     assert gnnflow(["run", "--config", config, "--output", root]) == 0
     out = capsys.readouterr().out
     metrics = storage.open_published(f"{root}/report").read_json("metrics.json")
-    assert metrics["test_accuracy"] >= 0.68, metrics
+    labels = pd.read_csv(CITESEER / "nodes.csv.gz", usecols=["label", "split"], dtype=str).query("split == 'test'")["label"]
+    chance = labels.value_counts(normalize=True).max()  # always answering the commonest test class
+    assert metrics["test_count"] == len(labels) and metrics["test_accuracy"] >= 2 * chance, (metrics, chance)
     assert f"{root}/report/gen-" in out and "report.html" in out
     embeddings = storage.open_published(f"{root}/embeddings")
     table = pd.concat(pq.read_table(io.BytesIO(embeddings.read_bytes(f))).to_pandas() for f in embeddings.files_under("embeddings/paper"))

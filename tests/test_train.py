@@ -101,7 +101,9 @@ def test_link_prediction(tmp_path):
     config = with_updates(
         raw,
         model={"dropout": 0.1},
-        training={"epochs": 40, "batch_size": 512, "learning_rate": 0.005, "weight_decay": 0.0, "early_stopping_patience": 10},
+        # The best validation epoch is the third (early stopping with patience 10 ran 13): six
+        # epochs select the same model (test ROC-AUC 0.8671 both ways) in half the time.
+        training={"epochs": 6, "batch_size": 512, "learning_rate": 0.005, "weight_decay": 0.0, "early_stopping_patience": 10},
     )
     root = storage.parse_uri(tmp_path)
     test_edges = preprocess(config, root.join("pre")).read_json("graph_schema.json")["edge_types"]["paper__cites__paper"]["split_sizes"][
