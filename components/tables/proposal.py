@@ -161,21 +161,21 @@ def count_training_rows(
     return count
 
 
-def size_epochs(training_rows: float, training: TrainingSpec, world_size: int) -> TrainingSpec:
-    """``training`` with epochs and patience raised so that a run takes at least
-    ``MIN_OPTIMIZER_STEPS`` steps, early stopping included."""
+def size_epochs(training_rows: float, training: TrainingSpec, world_size: int, min_steps: int = MIN_OPTIMIZER_STEPS) -> TrainingSpec:
+    """``training`` with epochs and patience raised so that a run takes at least ``min_steps``
+    optimizer steps, early stopping included."""
     steps_per_epoch = max(1, math.ceil(training_rows / (training.batch_size * world_size)))
-    epochs = max(training.epochs, math.ceil(MIN_OPTIMIZER_STEPS / steps_per_epoch))
+    epochs = max(training.epochs, math.ceil(min_steps / steps_per_epoch))
     patience = training.early_stopping_patience
     if patience is not None:
-        patience = max(patience, math.ceil(MIN_OPTIMIZER_STEPS / steps_per_epoch))
+        patience = max(patience, math.ceil(min_steps / steps_per_epoch))
     return training.model_copy(update={"epochs": epochs, "early_stopping_patience": patience})
 
 
-def rows_keeping_defaults(training: TrainingSpec, world_size: int) -> int:
+def rows_keeping_defaults(training: TrainingSpec, world_size: int, min_steps: int = MIN_OPTIMIZER_STEPS) -> int:
     """Training rows from which :func:`size_epochs` leaves both epochs and patience as they are."""
     shortest = min(training.epochs, training.early_stopping_patience or training.epochs)
-    return math.ceil(MIN_OPTIMIZER_STEPS / shortest) * training.batch_size * world_size
+    return math.ceil(min_steps / shortest) * training.batch_size * world_size
 
 
 def propose_config(
@@ -191,8 +191,11 @@ def propose_config(
     node_type: str = "node",
     relation: str = "edge",
     output_root: str = "runs",
+    hidden_channels: int = PROPOSED_HIDDEN_CHANNELS,
+    min_optimizer_steps: int = MIN_OPTIMIZER_STEPS,
 ) -> GnnflowConfig:
-    """A complete config for one node table and one edge table."""
+    """A complete config for one node table and one edge table (``hidden_channels`` and
+    ``min_optimizer_steps``: the proposal's constants, changed by benchmarks/init_config_constants.py)."""
     if task == "node_classification" and not label_column:
         raise GnnflowError("node_classification needs --label-column")
     node_header, node_sample = _sample(nodes)
@@ -235,15 +238,15 @@ def propose_config(
     config = GnnflowConfig(
         graph=graph,
         task=TaskSpec(type=task, split=split),
-        model=ModelSpec(hidden_channels=PROPOSED_HIDDEN_CHANNELS),
+        model=ModelSpec(hidden_channels=hidden_channels),
         output=OutputSpec(root=output_root),
     )
-    enough = rows_keeping_defaults(config.training, config.resources.world_size)
+    enough = rows_keeping_defaults(config.training, config.resources.world_size, min_optimizer_steps)
     if task == "node_classification":
         training_rows = count_training_rows(nodes, label_column, split_column, split, config.preprocess, enough=enough)
     else:
         training_rows = count_training_rows(edges, None, None, split, config.preprocess, enough=enough)
-    training = size_epochs(training_rows, config.training, config.resources.world_size)
+    training = size_epochs(training_rows, config.training, config.resources.world_size, min_optimizer_steps)
     return config.model_copy(update={"training": training})
 
 
