@@ -14,12 +14,12 @@ setup: $(STAMP)
 $(STAMP): requirements/lock.txt requirements/source-builds.txt pyproject.toml
 	@echo "==> Setting up $(VENV): about 7 GB of pinned packages (torch 2.3.0 brings its CUDA libraries)."
 	@echo "==> The first install also compiles torch-scatter and torch-sparse from source:"
-	@echo "==> about 10 minutes on 2 cores (pip caches the wheels, so later installs are quick)."
+	@echo "==> 10 to 25 minutes on 2 cores, side by side (pip caches the wheels, so later installs are quick)."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --progress-bar on pip==24.3.1
 	$(PIP) install --progress-bar on -r requirements/lock.txt
 	# The source builds run side by side, one per core, and torch-sparse's own files compile in
-	# parallel through ninja (pinned in the lock): about half the time of one build after the other.
+	# parallel through ninja (pinned in the lock); one after the other on one core they took 24 minutes here.
 	rm -rf $(VENV)/source-wheels
 	pids=""; for requirement in $$(grep -v '^#' requirements/source-builds.txt); do \
 	  $(PIP) wheel --quiet --no-deps --no-build-isolation -w $(VENV)/source-wheels "$$requirement" & pids="$$pids $$!"; \
