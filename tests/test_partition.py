@@ -117,16 +117,22 @@ def _sampled(published: storage.PublishedOutput, whole: dict) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def hashed(citeseer_tfrecords, tmp_path_factory) -> tuple[storage.PublishedOutput, list[dict]]:
+def citeseer_whole(citeseer_tfrecords) -> dict:
+    """whole_graph of CiteSeer, read once for the tests that compare partitions with it."""
+    return whole_graph(citeseer_tfrecords)
+
+
+@pytest.fixture(scope="module")
+def hashed(citeseer_tfrecords, citeseer_whole, tmp_path_factory) -> tuple[storage.PublishedOutput, list[dict]]:
     """CiteSeer hash-partitioned for 2 workers, and what sampling it returned (two tests read both)."""
     published = partition(citeseer_tfrecords.root, tmp_path_factory.mktemp("hashed") / "parts", PartitionSpec(), world_size=2)
-    return published, _sampled(published, whole_graph(citeseer_tfrecords))
+    return published, _sampled(published, citeseer_whole)
 
 
-def test_citeseer_two_workers_local(citeseer_tfrecords, hashed):
+def test_citeseer_two_workers_local(citeseer_whole, hashed):
     published, results = hashed
     assert published.manifest.counts == {"partitions": 2, f"nodes.{NODE}": 3327, f"edges.{EDGE}": 9104}
-    check_partitions(published, whole_graph(citeseer_tfrecords), 2)
+    check_partitions(published, citeseer_whole, 2)
     # GLT's distributed neighbor loader over the stored partitions returns the original values.
     for counts in results:
         assert counts["seeds"] == 256 and counts["batches"] == 4
@@ -134,13 +140,12 @@ def test_citeseer_two_workers_local(citeseer_tfrecords, hashed):
         assert counts["feature_mismatch"] == 0 and counts["label_mismatch"] == 0
 
 
-def test_label_propagation_cuts_fewer_edges_and_fetches_less(tmp_path, citeseer_tfrecords, hashed):
-    hashed, hashed_counts = hashed
+def test_label_propagation_cuts_fewer_edges_and_fetches_less(tmp_path, citeseer_tfrecords, citeseer_whole, hashed):
+    hashed_output, hashed_counts = hashed
     options = PartitionSpec(method="label_propagation")
     published = partition(citeseer_tfrecords.root, tmp_path / "lp", options, world_size=2)
-    whole = whole_graph(citeseer_tfrecords)
-    check_partitions(published, whole, 2)  # every guarantee of the hash partitioning holds
-    cut, hash_cut = read_metadata(published).edge_cut[EDGE], read_metadata(hashed).edge_cut[EDGE]
+    check_partitions(published, citeseer_whole, 2)  # every guarantee of the hash partitioning holds
+    cut, hash_cut = read_metadata(published).edge_cut[EDGE], read_metadata(hashed_output).edge_cut[EDGE]
     assert 0.45 < hash_cut < 0.55, "hashing cuts about half the edges of 2 partitions"
     assert cut < 0.5 * hash_cut, (cut, hash_cut)
     assert read_metadata(published).method == "label_propagation"
@@ -149,7 +154,7 @@ def test_label_propagation_cuts_fewer_edges_and_fetches_less(tmp_path, citeseer_
     assert crcs == {k: v.crc32c for k, v in rerun.manifest.files.items()}, "reruns are bit-identical"
     # Fewer of the nodes GLT samples live in the other partition.
     fetched = {}
-    for name, counts in (("hash", hashed_counts), ("lp", _sampled(published, whole))):
+    for name, counts in (("hash", hashed_counts), ("lp", _sampled(published, citeseer_whole))):
         assert all(c["feature_mismatch"] == 0 and c["label_mismatch"] == 0 for c in counts)
         fetched[name] = sum(c["remote"] for c in counts) / sum(c["sampled"] for c in counts)
     assert fetched["lp"] < 0.6 * fetched["hash"], fetched
