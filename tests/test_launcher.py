@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -34,21 +35,37 @@ def _free_port() -> int:
 _NOT_WORKERS = ("resource_tracker", "fake-gcs-server")
 
 
+def _fork_server(process: psutil.Process) -> bool:
+    """The launcher's fork server (it lives as long as the launcher), not a worker forked from it."""
+    return "multiprocessing.forkserver" in " ".join(process.cmdline()) and not process.name().startswith("gnnflow-rank")
+
+
 def _children() -> list[psutil.Process]:
     """This process's descendants, less those no worker started.
 
-    Multiprocessing's resource tracker is started once per process by the first 'spawn' and
-    lives as long as it does; the session's GCS emulator belongs to the test session. Processes
-    that are gone, or dead and not yet reaped (zombies), are not running: not counted.
+    Multiprocessing's resource tracker and the launcher's fork server are started once per
+    process and live as long as it does; the session's GCS emulator belongs to the test session.
+    Processes that are gone, or dead and not yet reaped (zombies), are not running: not counted.
     """
     running = []
     for child in psutil.Process().children(recursive=True):
         try:
             if child.status() != psutil.STATUS_ZOMBIE and not any(n in " ".join(child.cmdline()) for n in _NOT_WORKERS):
-                running.append(child)
+                if not _fork_server(child):
+                    running.append(child)
         except psutil.NoSuchProcess:  # ZombieProcess included
             pass
     return running
+
+
+def worker_processes(launcher_pid: int) -> list[psutil.Process]:
+    """The worker processes of a launcher, by rank (each names itself gnnflow-rank-N)."""
+    workers = []
+    for process in psutil.Process(launcher_pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.name().startswith("gnnflow-rank-"):
+                workers.append(process)
+    return sorted(workers, key=lambda process: int(process.name().rsplit("-", 1)[1]))
 
 
 def _new_shm_files(before: set[str]) -> set[str]:

@@ -28,6 +28,7 @@ from components.runtime.launcher import launch
 from components.serialize.step import read_graph_metadata, serialize
 from tests.partition_workers import sample_and_check
 from tests.test_citeseer import citeseer_graph, require_citeseer
+from tests.test_launcher import worker_processes
 
 pytestmark = pytest.mark.multiworker
 
@@ -217,14 +218,15 @@ def corrupt_copy(serialized: storage.PublishedOutput, tmp_path: pathlib.Path) ->
 def test_corrupt_shard(tmp_path, citeseer_tfrecords):
     tfr, shard = corrupt_copy(citeseer_tfrecords, tmp_path)
     with pytest.raises(GnnflowError) as error:
-        partition(tfr, tmp_path / "parts", PartitionSpec(), world_size=2)
-    assert str(shard) in str(error.value) and "corrupt" in str(error.value)
+        partition(tfr, tmp_path / "parts", PartitionSpec(), world_size=2)  # CiteSeer's types decode in the workers
+    assert f"worker rank 0 failed: loading node type 'paper' failed: {shard}: corrupt" in str(error.value), str(error.value)
     assert not (tmp_path / "parts" / "manifest.json").exists()
 
 
 def test_a_worker_data_error_is_one_line_and_leaks_nothing(tmp_path, citeseer_tfrecords):
     tfr, shard = corrupt_copy(citeseer_tfrecords, tmp_path)
-    (tmp_path / "c.yaml").write_text("graph: {nodes: [{uri: x.csv, label_column: y}], edges: [{uri: e.csv}]}\n")
+    config = "graph: {nodes: [{uri: x.csv, label_column: y}], edges: [{uri: e.csv}]}\npartition: {subprocess_min_bytes: 0}\n"
+    (tmp_path / "c.yaml").write_text(config)  # every type in a subprocess: its errors travel back too
     command = [
         sys.executable,
         "-m",
@@ -274,7 +276,8 @@ def test_killed_worker_fails_the_step_fast_and_a_rerun_succeeds(tmp_path, citese
         str(tmp_path / "c.yaml"),
     ]
     (tmp_path / "c.yaml").write_text(
-        "graph: {nodes: [{uri: x.csv, label_column: y}], edges: [{uri: e.csv}]}\npartition: {load_in_parallel: false}\n"
+        "graph: {nodes: [{uri: x.csv, label_column: y}], edges: [{uri: e.csv}]}\n"
+        "partition: {load_in_parallel: false, subprocess_min_bytes: 0}\n"
     )
     proc = subprocess.Popen(
         command, stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
@@ -283,7 +286,7 @@ def test_killed_worker_fails_the_step_fast_and_a_rerun_succeeds(tmp_path, citese
     deadline = time.monotonic() + 90
     victim = None
     while victim is None and time.monotonic() < deadline:
-        workers = [c for c in launcher.children() if c.children()]  # a worker loading shards in a subprocess
+        workers = [w for w in worker_processes(launcher.pid) if w.children()]  # a worker loading shards in a subprocess
         victim = workers[-1] if len(workers) == 2 else None
         time.sleep(0.2)
     assert victim is not None, "workers never started loading"

@@ -33,6 +33,7 @@ from components.runtime.launcher import WorkerFailed
 from components.train import attempts, checkpoint
 from components.train.step import train
 from tests.small_graphs import with_updates
+from tests.test_launcher import worker_processes
 
 pytestmark = pytest.mark.multiworker
 
@@ -127,7 +128,7 @@ def test_a_killed_worker_resumes_from_the_last_periodic_checkpoint_with_multipro
     model = tmp_path / "killed"
     proc = _start(interrupted, partitions, model)
     state = _mid_epoch_checkpoint(model, proc)
-    workers = [w for w in psutil.Process(proc.pid).children() if "resource_tracker" not in " ".join(w.cmdline())]
+    workers = worker_processes(proc.pid)
     workers[-1].send_signal(signal.SIGKILL)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "SIGKILL" in stderr, stderr[-3000:]

@@ -12,10 +12,10 @@ import subprocess
 import sys
 import time
 
-import psutil
 import yaml
 
 from components import storage
+from tests.test_launcher import worker_processes
 
 
 def kill_a_worker_then_resume(raw: dict, partitions: str, folder: pathlib.Path, epochs: int, exit_within_s: float) -> None:
@@ -34,7 +34,7 @@ def kill_a_worker_then_resume(raw: dict, partitions: str, folder: pathlib.Path, 
     while not checkpoint.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
     assert checkpoint.exists(), "no checkpoint was written"
-    workers = [w for w in psutil.Process(proc.pid).children() if "resource_tracker" not in " ".join(w.cmdline())]
+    workers = worker_processes(proc.pid)
     workers[-1].send_signal(signal.SIGKILL)
     _, stderr = proc.communicate(timeout=exit_within_s)
     assert proc.returncode != 0

@@ -89,6 +89,13 @@ class PartitionSpec(_Section):
         description="Load node and edge shards in parallel subprocesses; false loads them one after another (edges first), "
         "lowering peak memory.",
     )
+    subprocess_min_bytes: int = Field(
+        128 << 20,
+        ge=0,
+        description="A node or edge type whose shards (this worker's share) hold at least this many bytes is decoded in a "
+        "subprocess (in parallel; its memory goes back to the OS when it exits); a smaller one in the worker itself, where "
+        "a subprocess's start-up (seconds of imports) costs more than decoding it (about 0.25 GB/s). 0: every type in a subprocess.",
+    )
     seed: int = Field(0, description="Seed of the hash that assigns nodes to partitions.")
     method: Literal["hash", "label_propagation"] = Field(
         "hash",

@@ -52,7 +52,10 @@ def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage
     serialized = storage.open_published(job.input, step=SERIALIZE_STEP)
     metadata = read_graph_metadata(serialized)
     watchdog.mark("loading")
-    graph = load_graph(serialized, metadata, ctx.rank, ctx.world_size, parallel=job.options.load_in_parallel)
+    options = job.options
+    graph = load_graph(
+        serialized, metadata, ctx.rank, ctx.world_size, parallel=options.load_in_parallel, subprocess_min_bytes=options.subprocess_min_bytes
+    )
     dist.barrier()
     start = time.perf_counter()
     watchdog.mark("computing")

@@ -64,7 +64,7 @@ def launch(
     logger.info("starting ranks %d-%d of %d; rendezvous %s:%d, RPC port %d", first, contexts[-1].rank, world_size, *addresses)
     # Pickled here, so that a worker the child cannot import fails in its error reporting, not its bootstrap.
     try:
-        return Supervisor(contexts, pickle.dumps((worker, args)), start_timeout_s).run()
+        return Supervisor(contexts, pickle.dumps((worker, args)), worker.__module__, start_timeout_s).run()
     finally:
         stores.clear()  # the servers stop with their last reference (a raised error's traceback keeps this frame)
 

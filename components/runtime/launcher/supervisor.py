@@ -23,6 +23,7 @@ import psutil
 
 from components.runtime import watchdog, worker_resources
 from components.runtime.launcher.context import WorkerContext, WorkerFailed
+from components.runtime.launcher.processes import LauncherState, server_pid, worker_processes
 from components.runtime.launcher.worker import worker_main
 
 logger = logging.getLogger("components.runtime.launcher")
@@ -65,10 +66,18 @@ def _collateral(failure: _Failure) -> bool:
     return failure[0] != 0 and any(text in failure[3].reason for text in _PEER_GONE)
 
 
+_WAITED_TOO_LONG = ("Socket Timeout", "timed out", "Timeout")
+
+
+def _waited(failure: _Failure) -> bool:
+    """Whether a reported error is a wait for peers that ran out (the rendezvous, a collective)."""
+    return _collateral(failure) or (failure[0] != 0 and any(text in failure[3].reason for text in _WAITED_TOO_LONG))
+
+
 class Supervisor:
     """One launch: this replica's worker processes, watched until all have exited."""
 
-    def __init__(self, contexts: list[WorkerContext], payload: bytes, start_timeout_s: float) -> None:
+    def __init__(self, contexts: list[WorkerContext], payload: bytes, worker_module: str, start_timeout_s: float) -> None:
         self.contexts, self.payload, self.start_timeout_s = contexts, payload, start_timeout_s
         self.workers: list[_Worker] = []
         self.known: dict[int, float] = {}  # pid → start time of every process seen in the workers' trees
@@ -77,7 +86,12 @@ class Supervisor:
         self.segments_before = set(_segments_by_creator())
         self.terminated_at: float | None = None  # when this launcher got SIGTERM
         timeouts = contexts[0].timeouts
-        self.board = watchdog.ProgressBoard(multiprocessing.get_context("spawn"), len(contexts), timeouts.progress_s, timeouts.rendezvous_s)
+        # glibc gives every thread that allocates its own arena and keeps freed memory in it; a
+        # worker runs dozens of threads (GLT RPC, gloo, sampling), which left about 10% of a
+        # trainer's peak RSS as idle arenas (benchmarks/RESULTS.md). Read once, by the fork server.
+        os.environ.setdefault("MALLOC_ARENA_MAX", WORKER_MALLOC_ARENAS)
+        self.processes = worker_processes(worker_module)
+        self.board = watchdog.ProgressBoard(self.processes, len(contexts), timeouts.progress_s, timeouts.rendezvous_s)
 
     def run(self) -> list[Any]:
         """Starts the workers and watches them; cleans up on every way out, signals included."""
@@ -121,15 +135,11 @@ class Supervisor:
                     os.kill(worker.process.pid, signal.SIGTERM)
 
     def _start(self) -> None:
-        # glibc gives every thread that allocates its own arena and keeps freed memory in it; a
-        # worker runs dozens of threads (GLT RPC, gloo, sampling), which left about 10% of a
-        # trainer's peak RSS as idle arenas (benchmarks/RESULTS.md). Spawned workers read it at start.
-        os.environ.setdefault("MALLOC_ARENA_MAX", WORKER_MALLOC_ARENAS)
-        spawn = multiprocessing.get_context("spawn")
+        launcher, parent = LauncherState.here(), server_pid()
         for context in self.contexts:
-            reader, writer = spawn.Pipe(duplex=False)
-            arguments = (self.payload, context, writer, os.getpid(), self.board.array)
-            process = spawn.Process(target=worker_main, args=arguments, name=f"gnnflow-rank-{context.rank}")
+            reader, writer = self.processes.Pipe(duplex=False)
+            arguments = (self.payload, context, writer, parent, self.board.array, launcher)
+            process = self.processes.Process(target=worker_main, args=arguments, name=f"gnnflow-rank-{context.rank}")
             process.start()
             self.workers.append(_Worker(context, process, reader, time.monotonic()))
             writer.close()  # the child holds the only write end, so its death reads as EOF here
@@ -153,21 +163,30 @@ class Supervisor:
                 deadline = time.monotonic() + _ROOT_CAUSE_WAIT_S
                 while all(_collateral(f) for f in failures) and (left := deadline - time.monotonic()) > 0:
                     failures += self._collect(left)
+                # Those that only waited too long for a peer the board shows stuck: that peer is the cause.
+                if all(_waited(f) for f in failures) and (stalled := self._stalled()):
+                    raise stalled
                 raise min(failures, key=lambda f: (f[0], _collateral(f), *f[1:3]))[3]
             now = time.monotonic()
             if now > start_deadline and (late := [w.context.rank for w in self.workers if not (w.started or w.exited)]):
                 raise WorkerFailed(late[0], f"did not start within {self.start_timeout_s:.0f} s")
-            running = {w.context.local_rank: w.process.pid for w in self.workers if w.started and not (w.exited or w.has_result)}
-            if stall := self.board.stall(running):  # type: ignore[arg-type]
-                rank = self.workers[stall.local_rank].context.rank
-                reason = watchdog.describe(stall, rank, self.board.host)
-                logger.error("worker rank %d: %s", rank, reason)
-                raise WorkerFailed(rank, reason)
+            if stalled := self._stalled():
+                raise stalled
             if exit_deadline is None and all(worker.has_result for worker in self.workers):
                 exit_deadline = now + _EXIT_GRACE_S
             if exit_deadline is not None and now > exit_deadline:
                 logger.warning("workers returned but did not exit within %.0f s; killing them", _EXIT_GRACE_S)
                 return
+
+    def _stalled(self) -> WorkerFailed | None:
+        """The failure of a running worker that made no progress within its phase's limit, if any."""
+        running = {w.context.local_rank: w.process.pid for w in self.workers if w.started and not (w.exited or w.has_result or w.failed)}
+        if not (stall := self.board.stall(running)):  # type: ignore[arg-type]
+            return None
+        rank = self.workers[stall.local_rank].context.rank
+        reason = watchdog.describe(stall, rank, self.board.host)
+        logger.error("worker rank %d: %s", rank, reason)
+        return WorkerFailed(rank, reason)
 
     def _collect(self, timeout: float) -> list[_Failure]:
         """Waits for messages and exits (at most `timeout` seconds); returns the failures among them."""

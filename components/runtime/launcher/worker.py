@@ -1,6 +1,6 @@
-"""A worker process's own set-up: its process group, its parent-death signal, torch's
-environment variables, logging, the progress board; then the worker function, whose result or
-error it sends to the supervisor."""
+"""A worker process's own set-up: its process group, its parent-death signal, its launcher's
+environment and streams, torch's environment variables, logging, the progress board; then the
+worker function, whose result or error it sends to the supervisor."""
 
 from __future__ import annotations
 
@@ -19,20 +19,26 @@ from typing import Any
 from components.errors import GnnflowError
 from components.runtime import watchdog, worker_resources
 from components.runtime.launcher.context import WorkerContext, verbose
+from components.runtime.launcher.processes import LauncherState
 
+_PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
 
 
-def worker_main(payload: bytes, context: WorkerContext, writer: Connection, launcher_pid: int, board: Any) -> None:
+def worker_main(payload: bytes, context: WorkerContext, writer: Connection, parent_pid: int, board: Any, launcher: LauncherState) -> None:
     """Entry point of a worker process: isolates it, runs the worker, reports the outcome."""
     os.setpgrp()  # first thing: all this worker starts joins its group, to be killed as one
+    launcher.adopt()
     for fd in [int(name) for name in os.listdir("/proc/self/fd") if int(name) > 2]:
         with contextlib.suppress(OSError):  # multiprocessing's pipes: exec'd descendants must not hold them open
             os.set_inheritable(fd, False)
     with contextlib.suppress(OSError, AttributeError):  # not Linux: the launcher's cleanup must do
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != launcher_pid:
-        os._exit(1)  # the launcher died before prctl took effect
+        libc = ctypes.CDLL(None, use_errno=True)
+        # The parent is the fork server, which exits as soon as its launcher is gone.
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(_PR_SET_NAME, f"gnnflow-rank-{context.rank}".encode()[:15])  # for ps and top
+    if os.getppid() != parent_pid:
+        os._exit(1)  # the fork server died before prctl took effect
     # For libraries that read torch's variables (counting processes here, not replicas).
     os.environ.update(MASTER_ADDR=context.master_addr, MASTER_PORT=str(context.master_port), RANK=str(context.rank))
     os.environ.update(WORLD_SIZE=str(context.world_size), LOCAL_RANK=str(context.local_rank))
