@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import psutil
 
 PHASES = ("starting", "rendezvous", "loading", "sampling", "computing", "all-reduce", "evaluating", "writing", "publishing")
-WAITING_ON_PEERS = frozenset({"all-reduce"})  # blocked until every peer is there
+WAITING_ON_PEERS = frozenset({"rendezvous", "all-reduce"})  # blocked until every peer is there
 # Phases whose one step may legitimately take long: a worker's imports on a loaded machine, a
 # peer's image pull before the rendezvous, reading a whole partition (and building GLT's
 # structures from it), rank 0's writes at the end. They get the rendezvous limit.
@@ -122,22 +122,25 @@ class ProgressBoard:
         """The stall to blame among ``running`` (local rank → pid of a worker still at work), or
         None while every one of them moves within its limit.
 
-        A worker in ``all-reduce`` is excused while another local worker moves: it waits for
-        that one. The :data:`LONG_PHASES` have the rendezvous limit."""
+        A worker at the rendezvous or in ``all-reduce`` is excused while another local worker
+        is within its limit: it waits for that one (a peer still importing, or computing). The
+        :data:`LONG_PHASES` have the rendezvous limit. Among stalls, a stopped process's rank is
+        blamed first, then one that is not waiting for its peers, then the longest stalled."""
         last = {local_rank: self.last(local_rank) for local_rank in running}
         stalls = []
         for local_rank, (seconds, name) in last.items():
-            long_phase = name in LONG_PHASES
-            limit = self.rendezvous_timeout_s if long_phase else self.progress_timeout_s
-            if seconds <= limit:
+            if seconds <= self._limit(name):
                 continue
-            if name in WAITING_ON_PEERS and any(s <= self.progress_timeout_s for r, (s, _) in last.items() if r != local_rank):
+            if name in WAITING_ON_PEERS and any(s <= self._limit(n) for r, (s, n) in last.items() if r != local_rank):
                 continue
-            key = "resources.rendezvous_timeout_s" if long_phase else "resources.progress_timeout_s"
-            stalls.append(Stall(local_rank, name, seconds, limit, key, stopped_process(running[local_rank])))
+            key = "resources.rendezvous_timeout_s" if name in LONG_PHASES else "resources.progress_timeout_s"
+            stalls.append(Stall(local_rank, name, seconds, self._limit(name), key, stopped_process(running[local_rank])))
         if not stalls:
             return None
-        return min(stalls, key=lambda s: (s.stopped is None, s.phase in WAITING_ON_PEERS | LONG_PHASES, -s.seconds))
+        return min(stalls, key=lambda s: (s.stopped is None, s.phase in WAITING_ON_PEERS, s.phase in LONG_PHASES, -s.seconds))
+
+    def _limit(self, phase: str) -> float:
+        return self.rendezvous_timeout_s if phase in LONG_PHASES else self.progress_timeout_s
 
 
 _CANNOT_RUN = {

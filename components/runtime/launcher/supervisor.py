@@ -163,9 +163,13 @@ class Supervisor:
                 deadline = time.monotonic() + _ROOT_CAUSE_WAIT_S
                 while all(_collateral(f) for f in failures) and (left := deadline - time.monotonic()) > 0:
                     failures += self._collect(left)
-                # Those that only waited too long for a peer the board shows stuck: that peer is the cause.
-                if all(_waited(f) for f in failures) and (stalled := self._stalled()):
-                    raise stalled
+                # Ranks that only waited too long for a peer: the peer the board shows stuck is the
+                # cause (it passes its own limit within moments: it stopped moving before they timed out).
+                deadline = time.monotonic() + _ROOT_CAUSE_WAIT_S
+                while all(_waited(f) for f in failures) and time.monotonic() < deadline:
+                    if stalled := self._stalled():
+                        raise stalled
+                    time.sleep(0.1)
                 raise min(failures, key=lambda f: (f[0], _collateral(f), *f[1:3]))[3]
             now = time.monotonic()
             if now > start_deadline and (late := [w.context.rank for w in self.workers if not (w.started or w.exited)]):
