@@ -30,6 +30,14 @@ def require_citeseer() -> None:
 needs_citeseer = pytest.mark.citeseer
 
 
+def citeseer_test_chance() -> float:
+    """The share of CiteSeer's commonest test class: the accuracy of always answering it."""
+    import pandas as pd  # noqa: PLC0415 - only tests that score CiteSeer runs need it
+
+    labels = pd.read_csv(CITESEER / "nodes.csv.gz", usecols=["label", "split"], dtype=str).query("split == 'test'")["label"]
+    return float(labels.value_counts(normalize=True).max())
+
+
 def citeseer_graph() -> dict:
     """A config's ``graph`` section over the CiteSeer tables: papers with features ``f*``, labels and the
     standard split, and citations (a new dict each call: tests change their copies)."""

@@ -64,3 +64,10 @@ def build_one_sided_validation(root: Path) -> tuple[dict, storage.Uri, int]:
     assert held[0] > 0 and held[1] == 0, f"validation nodes per partition: {held}"
     labelled_val = int(((split == "val") & demo.nodes["label"].notna().to_numpy()).sum())
     return raw, published.root, labelled_val
+
+
+def demo_chance(num_nodes: int) -> float:
+    """The largest class's share of the demo graph of ``num_nodes`` (default seed): the accuracy of
+    always answering that class. Demo runs are scored against twice this."""
+    labels = generate_demo_graph(num_nodes).nodes["label"].dropna()
+    return float(labels.value_counts(normalize=True).max())

@@ -32,6 +32,7 @@ from components.serialize.step import serialize
 from components.tables.proposal import propose_config
 from components.train.step import train
 from tests.link_eval_workers import score_test_edges
+from tests.small_graphs import demo_chance
 
 pytestmark = pytest.mark.multiworker
 
@@ -144,7 +145,7 @@ def sampled(trained) -> tuple[pd.DataFrame, dict]:
 def test_sampled_covers_every_node_with_predictions(sampled):
     table, metrics = sampled
     assert metrics["mode"] == "sampled"
-    assert metrics["test_accuracy"] > 0.6
+    assert metrics["test_accuracy"] > 2 * demo_chance(NUM_NODES)
 
 
 def full_graph_embeddings(trained: Trained) -> tuple[torch.Tensor, list[str]]:
@@ -171,7 +172,7 @@ def test_exact_matches_a_full_graph_pass_and_sampled_accuracy(trained, sampled, 
     published = infer_main(["--config", str(tmp_path / "config.yaml"), "--output", str(run / "exact"), "--mode", "exact"])
     assert published is not None
     table, metrics = check_output(published, trained)
-    assert metrics["mode"] == "exact" and metrics["test_accuracy"] > 0.6
+    assert metrics["mode"] == "exact" and metrics["test_accuracy"] > 2 * demo_chance(NUM_NODES)
     z, originals = full_graph_embeddings(trained)
     by_id = table.set_index("node_id")
     written = torch.tensor(np.stack(by_id.loc[originals, "embedding"].to_numpy()))

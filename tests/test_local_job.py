@@ -20,6 +20,7 @@ from components.tables.proposal import propose_config
 from pipelines.cli import main as gnnflow
 from pipelines.local_job.spec import custom_job_tasks, read_job_task
 from pipelines.local_run import run as gnnflow_run
+from tests.small_graphs import demo_chance
 
 pytestmark = pytest.mark.multiworker
 
@@ -88,7 +89,7 @@ def test_two_replicas_give_the_metrics_of_gnnflow_run(demo, chain, tmp_path, cap
     assert job_train["epochs_run"] == run_train["epochs_run"] == 3
     assert job_train["val_accuracy"] == run_train["val_accuracy"]
     assert job_infer == run_infer  # the final test metrics, computed from the written predictions
-    assert job_infer["test_accuracy"] >= 0.7  # and they are real: the demo graph is easy
+    assert job_infer["test_accuracy"] >= 2 * demo_chance(1_200)  # and they are real: twice the largest class's share
 
 
 def test_the_replicas_got_vertex_output_directories(chain):

@@ -20,6 +20,8 @@ import yaml
 from components import storage
 from pipelines.cli import main as gnnflow
 from pipelines.local_run import STATE_FILE
+from tests.shared_datasets import citeseer_test_chance
+from tests.small_graphs import demo_chance
 from tests.test_citeseer import CITESEER, needs_citeseer
 from tests.test_train import NODE_CLASSIFICATION
 
@@ -47,7 +49,7 @@ def test_demo_run_publishes_every_step_and_prints_where(demo_run, capsys):
     assert parts.manifest.counts == {"partitions": 2, "nodes.paper": 10_000, "edges.paper__cites__paper": 80_000}
     report = storage.open_published(demo_run / "report")
     metrics = report.read_json("metrics.json")
-    assert metrics["test_accuracy"] >= 0.85, metrics  # the demo graph is easy for a GNN
+    assert metrics["test_accuracy"] >= 2 * demo_chance(10_000), metrics  # learnt: twice the largest class's share
     assert json.loads((demo_run / "report" / "metrics.json").read_text()) == metrics
     assert report.read_bytes("report.html").startswith(b"<!DOCTYPE html>")
     embeddings = storage.open_published(demo_run / "embeddings")
@@ -152,9 +154,8 @@ def test_citeseer_end_to_end_on_gcs(gcs_bucket, tmp_path, capsys):
     assert gnnflow(["run", "--config", config, "--output", root]) == 0
     out = capsys.readouterr().out
     metrics = storage.open_published(f"{root}/report").read_json("metrics.json")
-    labels = pd.read_csv(CITESEER / "nodes.csv.gz", usecols=["label", "split"], dtype=str).query("split == 'test'")["label"]
-    chance = labels.value_counts(normalize=True).max()  # always answering the commonest test class
-    assert metrics["test_count"] == len(labels) and metrics["test_accuracy"] >= 2 * chance, (metrics, chance)
+    chance = citeseer_test_chance()  # always answering the commonest test class
+    assert metrics["test_count"] == 1000 and metrics["test_accuracy"] >= 2 * chance, (metrics, chance)
     assert f"{root}/report/gen-" in out and "report.html" in out
     embeddings = storage.open_published(f"{root}/embeddings")
     table = pd.concat(pq.read_table(io.BytesIO(embeddings.read_bytes(f))).to_pandas() for f in embeddings.files_under("embeddings/paper"))

@@ -14,6 +14,7 @@ import json
 import pathlib
 from dataclasses import dataclass
 
+import pandas as pd
 import pytest
 
 from components import storage
@@ -29,10 +30,10 @@ pytestmark = pytest.mark.multiworker
 
 WORLD_SIZE = 2
 EPOCHS = 15
-# Chance is about 0.33 (the largest class) and the words alone give 0.39-0.45; a model that
-# uses the citations scored 0.63-0.68 over training seeds 0-2 (directed writes), 0.67-0.70
-# with authors too (undirected writes), on a 2-core machine under load.
-MIN_TEST_ACCURACY = {False: 0.5, True: 0.55}
+# A model that learnt from the graph: validation and test accuracy above 1.5 times the largest
+# class's share (chance, about 0.33 here). The generator plants classes in the citations and
+# the authors; its word columns alone carry little of them.
+OVER_CHANCE = 1.5
 
 
 def hetero_config(tables: dict[str, pathlib.Path], *, writes_undirected: bool = False, epochs: int = EPOCHS) -> dict:
@@ -133,10 +134,11 @@ def test_model_edge_types_are_the_sampled_edge_types(partitioned: Partitioned) -
         assert ("paper", "author") in messages, f"undirected writes: no messages from papers to authors in {sorted(sampled)}"
 
 
-def test_heterogeneous_node_classification(partitioned: Partitioned) -> None:
+def test_heterogeneous_node_classification(partitioned: Partitioned, demo_tables) -> None:
     published = train(partitioned.config, partitioned.partitions, partitioned.root / "model")
     assert published is not None
     metrics = json.loads(storage.read_text(published.uri("metrics.json")))
     assert metrics["epochs_run"] == EPOCHS
     assert metrics["test_count"] == partitioned.test_papers > 0
-    assert metrics["test_accuracy"] > MIN_TEST_ACCURACY[partitioned.writes_undirected], metrics
+    chance = float(pd.read_csv(demo_tables["papers"], usecols=["label"])["label"].value_counts(normalize=True).max())
+    assert min(metrics["val_accuracy"], metrics["test_accuracy"]) > OVER_CHANCE * chance, (metrics, chance)
