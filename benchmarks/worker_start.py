@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import components.train.step  # noqa: F401 - a step's launcher has imported its step (torch, PyG, GLT) before it launches
 from components import storage
 from components.config import GnnflowConfig
 from components.config.steps import PartitionSpec
@@ -27,9 +28,7 @@ CITESEER = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / 
 
 
 def ready_worker(context: WorkerContext) -> int:
-    """A worker with a step worker's imports and nothing else to do."""
-    import components.train.step  # noqa: F401, PLC0415 - the imports whose cost is measured
-
+    """A worker with a step worker's imports (this module's, which a spawned worker runs again) and nothing else to do."""
     return context.rank
 
 
