@@ -171,17 +171,15 @@ def load_graph(
     ``subprocess_min_bytes`` are decoded in this process, the others in subprocesses."""
     start = time.perf_counter()
     root = str(serialized.root.join(serialized.manifest.generation))
-    jobs: list[EntityLoad] = []
-    for name, edge in metadata.edge_types.items():
-        spec = metadata.record_format["edge_types"][name]
-        files = assign_shards(edge.files, [serialized.manifest.files[f].size for f in edge.files], rank, world_size)
-        size = sum(serialized.manifest.files[f].size for f in files)
-        jobs.append(EntityLoad("edge", name, root, tuple(files), spec["int64"], spec["float"], size))
-    for name, node in metadata.node_types.items():
-        spec = metadata.record_format["node_types"][name]
-        files = assign_shards(node.files, [serialized.manifest.files[f].size for f in node.files], rank, world_size)
-        size = sum(serialized.manifest.files[f].size for f in files)
-        jobs.append(EntityLoad("node", name, root, tuple(files), spec["int64"], spec["float"], size))
+    sizes = {name: entry.size for name, entry in serialized.manifest.files.items()}
+
+    def job(kind: str, name: str, all_files: Sequence[str]) -> EntityLoad:
+        spec = metadata.record_format[f"{kind}_types"][name]
+        files = assign_shards(all_files, [sizes[f] for f in all_files], rank, world_size)
+        return EntityLoad(kind, name, root, tuple(files), spec["int64"], spec["float"], sum(sizes[f] for f in files))
+
+    jobs = [job("edge", name, edge.files) for name, edge in metadata.edge_types.items()]
+    jobs += [job("node", name, node.files) for name, node in metadata.node_types.items()]
     loaded = _collect([j for j in jobs if j.size >= subprocess_min_bytes], parallel)
     loaded |= {(j.kind, j.name): _read_here(j) for j in jobs if j.size < subprocess_min_bytes}
     graph = LoadedGraph(

@@ -66,7 +66,7 @@ def _collateral(failure: _Failure) -> bool:
     return failure[0] != 0 and any(text in failure[3].reason for text in _PEER_GONE)
 
 
-_WAITED_TOO_LONG = ("Socket Timeout", "timed out", "Timeout")
+_WAITED_TOO_LONG = ("Timeout", "timed out")  # gloo's store: "Socket Timeout"; torch and GLT RPC: "timed out"
 
 
 def _waited(failure: _Failure) -> bool:
