@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import signal
 import threading
@@ -55,9 +56,14 @@ def citeseer_partitions(citeseer_node_partitions) -> dict[int, storage.Uri]:
     return citeseer_node_partitions
 
 
+# Validation accuracy plateaus by epoch 20 with 1 and with 2 workers (best of 30 epochs 0.688 and
+# 0.682; of 200, 0.702 both): 30 epochs show learning and the agreement of world sizes.
+SHORT = {"epochs": 30, "early_stopping_patience": None}
+
+
 @needs_citeseer
 def test_node_classification_two_workers_and_one(tmp_path, citeseer_partitions):
-    two = train(with_updates(NODE_CLASSIFICATION), citeseer_partitions[2], tmp_path / "model2")
+    two = train(with_updates(NODE_CLASSIFICATION, training=SHORT), citeseer_partitions[2], tmp_path / "model2")
     metrics = two.read_json("metrics.json")
     assert metrics["test_count"] == 1000 and metrics["val_count"] == 500
     # Learning at all: twice the commonest class's share (the accuracy figure is benchmarks/citeseer_acceptance.py's).
@@ -69,8 +75,12 @@ def test_node_classification_two_workers_and_one(tmp_path, citeseer_partitions):
     state = torch.load(io.BytesIO(two.read_bytes("model.pt")), weights_only=True)
     assert state["head.weight"].shape == (6, 64)
 
-    one = train(with_updates(NODE_CLASSIFICATION, resources={"world_size": 1}), citeseer_partitions[1], tmp_path / "model1")
-    assert abs(one.read_json("metrics.json")["test_accuracy"] - metrics["test_accuracy"]) <= 0.02
+    one = train(with_updates(NODE_CLASSIFICATION, training=SHORT, resources={"world_size": 1}), citeseer_partitions[1], tmp_path / "model1")
+    # Agreement within two standard errors of the difference of two accuracies on the same n test
+    # nodes, sqrt(2 p (1 - p) / n), taken as independent (0.041 at p = 0.7, n = 1,000).
+    other = one.read_json("metrics.json")["test_accuracy"]
+    p = (other + metrics["test_accuracy"]) / 2
+    assert abs(other - metrics["test_accuracy"]) <= 2 * math.sqrt(2 * p * (1 - p) / metrics["test_count"]), (other, metrics)
 
 
 def published_state(published: storage.PublishedOutput) -> tuple[dict, list[dict], dict[str, torch.Tensor]]:

@@ -70,6 +70,11 @@ class TrainingState:
     best_model: dict[str, torch.Tensor] = field(default_factory=dict)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     mid_epoch: bool = False
+    # The run's TensorBoard event file (components/train/curves.py): its name, when the run began
+    # and when each epoch of ``history`` ended, so that a resumed run extends the same bytes.
+    curves_name: str = ""
+    started: float = 0.0
+    wall_times: list[float] = field(default_factory=list)
 
 
 def save(state: TrainingState, output: storage.Uri) -> None:

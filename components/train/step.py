@@ -101,8 +101,13 @@ def _resumed_state(
     state = checkpoint.load(output, fingerprint)
     if state is not None and state.next_epoch > config.training.epochs:
         state = None  # fewer epochs than the checkpoint has run: a shorter run, trained afresh
-    if state is None:
-        return checkpoint.TrainingState(fingerprint)
+    fresh = state is None
+    state = state or checkpoint.TrainingState(fingerprint)
+    if not state.curves_name:  # a fresh run, or a checkpoint from before the curves were written live
+        state.started = time.time()
+        state.curves_name = curves.file_name(state.started)
+    if fresh:
+        return state
     own = checkpoint.for_rank(state, ctx.rank)
     model.load_state_dict(own.get("model", state.model))
     optimizer.load_state_dict(own.get("optimizer", state.optimizer))
@@ -198,9 +203,10 @@ def _train_epochs(
     optimizer: torch.optim.Optimizer,
     state: checkpoint.TrainingState,
     output: storage.Uri,
+    live: curves.LiveCurves | None,
 ) -> interruption.Preempted | None:
-    """Trains epochs from ``state`` on, checkpointing each, until the last, early stopping, or a
-    SIGTERM (then returns what the step ends with)."""
+    """Trains epochs from ``state`` on, checkpointing each (and, on rank 0, writing the curves to
+    ``live``), until the last, early stopping, or a SIGTERM (then returns what the step ends with)."""
     metric = VALIDATION_METRIC[task_type]
     patience = config.training.early_stopping_patience
     stopped_early = patience is not None and state.epochs_without_improvement >= patience  # a resumed run that had stopped
@@ -232,6 +238,7 @@ def _train_epochs(
             "remote_fraction": round(result.remote_fraction, 4),
         }
         state.history.append(line)
+        state.wall_times.append(time.time())
         improved = val[metric] > state.best_metric
         if improved:
             state.best_metric, state.best_epoch, state.epochs_without_improvement = val[metric], epoch, 0
@@ -241,9 +248,10 @@ def _train_epochs(
         state.next_epoch = epoch + 1
         state.model = model.state_dict()
         state.ranks = gather_to_rank_zero({"optimizer": optimizer.state_dict()} | random_state(_loaders(task)))
-        if ctx.rank == 0:
+        if live is not None:
             with watchdog.phase("writing"):
                 checkpoint.save(state, output)
+                live.update(state.history, state.wall_times)
             train_part = f", train {metric} {result.train[metric]:.4f}" if metric in result.train else ""
             remote = "edges read from other workers" if config.training.mode == "full_graph" else "sampled nodes remote"
             log.info(
@@ -293,7 +301,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
     optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
     output = storage.parse_uri(job.output)
     state = _resumed_state(ctx, config, output, partitions.manifest.generation, model, optimizer)
-    preempted = _train_epochs(ctx, config, schema.task_type, task, model, ddp, optimizer, state, output)
+    live = curves.LiveCurves(output.join(job.generation), state.curves_name, state.started) if ctx.rank == 0 else None
+    preempted = _train_epochs(ctx, config, schema.task_type, task, model, ddp, optimizer, state, output, live)
     if preempted is not None:
         # The checkpoint exists on every rank's word: no orderly shutdown of loaders and RPC (a
         # Spot VM's 30 s are short); the launcher ends the sampling processes and frees their memory.
@@ -305,7 +314,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
     task.shutdown()
     stop()
     watchdog.mark("publishing")
-    if ctx.rank == 0:
+    if live is not None:
         staging = storage.OutputStaging(output, STEP, generation=job.generation)
         buffer = io.BytesIO()
         torch.save(placement.to_host(model.state_dict()), buffer)
@@ -321,7 +330,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
             },
         )
         staging.write_bytes(HISTORY_FILE, "".join(json.dumps(line) + "\n" for line in state.history).encode())
-        curves.stage_curves(staging, state.history)
+        curves.stage_curves(staging, live, state.history, state.wall_times)
         staging.write_json(METRICS_FILE, final)
         staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
         result_entries = dict(staging.entries)
