@@ -11,7 +11,7 @@ import yaml
 from components.config import GnnflowConfig, PreprocessSpec, SplitSpec, TrainingSpec, load_config, parse_config
 from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
-from components.tables.proposal import count_training_rows, propose_config, rows_keeping_defaults, size_epochs
+from components.tables.proposal import PROPOSED_HIDDEN_CHANNELS, count_training_rows, propose_config, rows_keeping_defaults, size_epochs
 
 MINIMAL = "graph:\n  nodes: [{uri: n.csv, label_column: y}]\n  edges: [{uri: e.csv}]\n"
 
@@ -85,8 +85,8 @@ def test_init_config_types_every_column_and_runs_as_is(tmp_path):
     nodes, edges = write_demo_graph(generate_demo_graph(500, num_word_features=16), tmp_path / "data")
     config = propose_config(str(nodes), str(edges), id_column="node_id", src_column="src", dst_column="dst", label_column="label")
     groups = [(g.columns, g.transform) for g in config.graph.nodes[0].features]
-    # 16 sparse 0/1 word columns are a multi-hot vector: row-normalised.
-    assert groups == [(["w*"], "row_normalize"), (["score"], "standardize"), (["venue"], "one_hot")]
+    # 16 sparse 0/1 word columns pass through (row-normalising them is an option; proposal.ROW_NORMALIZE_MULTI_HOT).
+    assert groups == [(["w*"], "passthrough"), (["score"], "standardize"), (["venue"], "one_hot")]
     round_trip = parse_config(config.to_yaml(), "round-trip")
     assert round_trip == config
     from components.preprocess.step import preprocess
@@ -97,7 +97,7 @@ def test_init_config_types_every_column_and_runs_as_is(tmp_path):
     assert schema["label_vocabulary"] == [f"class_{i}" for i in range(5)]
 
 
-def test_init_config_row_normalizes_only_wide_sparse_binary_runs(tmp_path):
+def test_init_config_row_normalizes_only_wide_sparse_binary_runs_and_only_when_asked(tmp_path):
     rng = np.random.default_rng(0)
     sparse = rng.random((300, 20)) < 0.05
     dense = rng.random((300, 20)) < 0.5
@@ -110,9 +110,16 @@ def test_init_config_row_normalizes_only_wide_sparse_binary_runs(tmp_path):
     ]
     (tmp_path / "n.csv").write_text(",".join(header) + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
     (tmp_path / "e.csv").write_text("a,b\nn1,n2\n")
-    config = propose_config(
-        str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="y"
-    )
+    files = {"nodes": str(tmp_path / "n.csv"), "edges": str(tmp_path / "e.csv")}
+    config = propose_config(**files, id_column="id", src_column="a", dst_column="b", label_column="y")
+    assert [g.transform for g in config.graph.nodes[0].features] == [
+        "passthrough",
+        "standardize",
+        "passthrough",
+        "standardize",
+        "passthrough",
+    ]
+    config = propose_config(**files, id_column="id", src_column="a", dst_column="b", label_column="y", row_normalize_multi_hot=True)
     assert [(g.columns, g.transform) for g in config.graph.nodes[0].features] == [
         (["tag*"], "row_normalize"),  # 20 columns, 5% ones
         (["score"], "standardize"),
@@ -146,7 +153,7 @@ def test_init_config_sizes_epochs_from_the_training_rows(tmp_path):
         str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", label_column="y", split_column="s"
     )
     assert (config.training.epochs, config.training.early_stopping_patience) == (200, 200)
-    assert config.model.hidden_channels == 128
+    assert config.model.hidden_channels == PROPOSED_HIDDEN_CHANNELS == 64
     assert parse_config(config.to_yaml(), "round-trip") == config
 
     # A table at least as large as rows_keeping_defaults keeps the defaults, epochs and patience alike,

@@ -232,7 +232,8 @@ def test_heterogeneous_sampled_embeds_every_type(tmp_path):
 
 def test_link_prediction_exact_on_destination_partitions(tmp_path):
     """Link prediction with edges assigned by destination: exact embeddings equal a full-graph
-    pass over the training edges only (messages flow src → dst), and the test edges are scored."""
+    pass over the training edges only (messages flow src → dst) in the decoder's space, and the
+    test edges are scored."""
     nodes, edges = write_demo_graph(generate_demo_graph(600), tmp_path / "data")
     config = few_epochs(
         propose_config(
@@ -263,7 +264,7 @@ def test_link_prediction_exact_on_destination_partitions(tmp_path):
     train_edges = torch.cat([e["edge_index"][:, e["split"] == 0] for e in stored], dim=1)
     model = restore_model(storage.open_published(run / "model"), metadata.schema, config, "in")
     with torch.no_grad():
-        z = model.module.encoder(features, train_edges)
+        z = model.module.embed(model.module.encoder(features, train_edges))  # written in the dot decoder's space
     originals = [str(o) for i in range(2) for o in read_original_ids(partitions, i, "node")]  # by partition id
     written = torch.tensor(np.stack(table.loc[originals, "embedding"].to_numpy()))
     assert torch.allclose(written, z, atol=1e-4), float((written - z).abs().max())

@@ -48,10 +48,10 @@ def test_init_config_proposes_the_acceptance_config_and_it_trains(tmp_path):
         == 0
     )
     proposed = load_config(tmp_path / "config.yaml")
-    # What makes the proposal reach it: row-normalised word columns, 128-wide layers, and 200
-    # optimizer steps (here one per epoch) before early stopping may end the run.
-    assert proposed.graph.nodes[0].features[0].transform == "row_normalize"
-    assert (proposed.model.hidden_channels, proposed.training.epochs, proposed.training.early_stopping_patience) == (128, 200, 200)
+    # The word columns pass through, 64-wide layers, and 200 optimizer steps (here one per epoch)
+    # before early stopping may end the run (components/tables/proposal.py's constants).
+    assert [g.transform for g in proposed.graph.nodes[0].features] == ["passthrough"]
+    assert (proposed.model.hidden_channels, proposed.training.epochs, proposed.training.early_stopping_patience) == (64, 200, 200)
     config = proposed.model_copy(update={"resources": proposed.resources.model_copy(update={"world_size": 2})})
     preprocess(config, root.join("pre"))
     serialize(config, root.join("pre"), root.join("tfr"))

@@ -127,7 +127,12 @@ class ModelSpec(_Section):
     dropout: float = Field(0.5, ge=0, lt=1, description="Dropout between layers.")
     aggregation: Literal["mean", "max", "sum"] = Field("mean", description="graphsage, rgcn: how a node aggregates its neighbours.")
     decoder: Literal["dot", "mlp"] = Field(
-        "dot", description="Link prediction: score an edge by a dot product or an MLP of the two embeddings."
+        "dot",
+        description="Link prediction: score an edge by the scaled cosine of the two embeddings, with a learnt scale "
+        "(dot: the inner product of the embeddings infer writes is the score), or by an MLP of their product.",
+    )
+    dot_scale: float = Field(
+        5.0, gt=0, description="Link prediction, dot: the learnt scale's starting value (scores start within ±dot_scale)."
     )
 
 
@@ -174,6 +179,13 @@ class TrainingSpec(_Section):
     seed: int = Field(0, description="Seed of model initialisation and sampling: same config and world size, same result.")
     early_stopping_patience: int | None = Field(
         10, gt=0, description="Stop after this many epochs without a better validation metric; null: never."
+    )
+    stop_at_chance_epochs: int | None = Field(
+        5,
+        gt=0,
+        description="Fail the step when the training loss stays within 2% of chance (what the best constant prediction "
+        "scores on the same labels) for this many epochs in a row, and at least 50 optimizer steps: the model is not "
+        "learning, and its outputs would flow on to infer. null: train on regardless.",
     )
     checkpoint_every_batches: int | None = Field(
         None,

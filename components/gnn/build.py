@@ -51,7 +51,7 @@ def build_model(schema: GraphSchema, config: GnnflowConfig, edge_dir: str) -> nn
     encoder = build_encoder(spec, inputs, list(edge_types.values()), {e: d for e, d in edge_dims.items() if d})
     if schema.task_type == "node_classification":
         return NodeClassifier(encoder, spec.hidden_channels, schema.node_types[schema.target].num_classes, schema.target)
-    return LinkPredictor(encoder, spec.hidden_channels, spec.decoder, target_edge_type(schema))
+    return LinkPredictor(encoder, spec.hidden_channels, spec.decoder, target_edge_type(schema), spec.dot_scale)
 
 
 def uses_edge_features(schema: GraphSchema, config: GnnflowConfig) -> bool:

@@ -18,7 +18,7 @@ from components.gnn.build import reverse_edge_type, target_edge_type
 from components.gnn.epoch import FROM_THE_START, EpochStart, trained_batches
 from components.gnn.interruption import BatchAgreement
 from components.gnn.link_labels import hard_negative_pairs, positive_pairs
-from components.gnn.metrics import AUC_BINS, all_sum, histogram_auc, score_histogram
+from components.gnn.metrics import AUC_BINS, all_sum, histogram_auc, label_entropy, score_histogram
 from components.gnn.node_task import EpochResult
 from components.gnn.sampling import RemoteCounter, SamplingSetup, link_loader
 from components.partition.output import StoredPartition
@@ -96,6 +96,7 @@ class LinkTask:
         self.sums = {
             "stats": torch.zeros(3, dtype=torch.float64),  # summed loss, batches, scored pairs
             "remote": torch.zeros(2, dtype=torch.int64),
+            "labels": torch.zeros(2, dtype=torch.int64),  # negatives, positives scored
         } | {k: v.clone() for k, v in start.sums.items()}
         bar = progress("train", unit="batch") if show_progress else None
         remote = RemoteCounter(self.node_counts, self.rank, *self.sums["remote"].tolist())
@@ -108,6 +109,7 @@ class LinkTask:
             loss.backward()
             optimizer.step()
             self.sums["stats"] += torch.tensor([float(loss) * len(logits), 1.0, len(logits)], dtype=torch.float64)
+            self.sums["labels"] += torch.bincount(label.to(torch.int64).cpu(), minlength=2)
             self.sums["remote"] = torch.tensor([remote.sampled, remote.remote])
             if bar is not None:
                 bar.update(1)
@@ -115,7 +117,12 @@ class LinkTask:
             bar.close()
         totals = all_sum(self.sums["stats"])
         return EpochResult(
-            float(totals[0]) / max(float(totals[2]), 1.0), int(totals[1]), time.perf_counter() - began, {}, remote.fraction()
+            float(totals[0]) / max(float(totals[2]), 1.0),
+            int(totals[1]),
+            time.perf_counter() - began,
+            {},
+            remote.fraction(),
+            label_entropy(all_sum(self.sums["labels"])),
         )
 
     def epoch_sums(self) -> dict[str, torch.Tensor]:

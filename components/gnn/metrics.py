@@ -15,6 +15,14 @@ def confusion_matrix(pred: torch.Tensor, target: torch.Tensor, num_classes: int)
     return torch.bincount(index, minlength=num_classes * num_classes).reshape(num_classes, num_classes).cpu()
 
 
+def label_entropy(class_counts: torch.Tensor) -> float:
+    """(classes,) label counts → the cross-entropy (nats) of predicting their shares for every
+    example: the training loss of the best constant model ("chance")."""
+    counts = class_counts.to(torch.float64)
+    shares = counts[counts > 0] / counts.sum().clamp(min=1)
+    return float(-(shares * shares.log()).sum())
+
+
 def all_sum(t: torch.Tensor) -> torch.Tensor:
     """Sum of ``t`` over every worker (``t`` unchanged when there is no process group)."""
     if dist.is_initialized():

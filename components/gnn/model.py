@@ -7,6 +7,7 @@ homogeneous and heterogeneous graphs, and every model type, alike.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -163,17 +164,33 @@ class NodeClassifier(nn.Module):
 
 
 class LinkPredictor(nn.Module):
-    """Encoder + edge scorer of ``target`` (src type, relation, dst type) edges: dot product of
-    the two embeddings, or an MLP of their product."""
+    """Encoder + edge scorer of ``target`` (src type, relation, dst type) edges.
 
-    def __init__(self, encoder: nn.Module, hidden: int, decoder: str, target: EdgeType) -> None:
+    ``dot``: the scaled cosine of the two embeddings, ``scale * cos(z_src, z_dst)``, with a learnt
+    ``scale`` (starting at ``model.dot_scale``). A plain dot product has a saddle at zero
+    embeddings, where its gradient vanishes: a deep encoder with dropout, whose early scores are
+    noise, shrinks its outputs there and then trains a constant (logit 0, loss ln 2), as on
+    papers with featureless word nodes. Normalised embeddings cannot shrink, and the learnt
+    scale sets how confident scores get. ``mlp``: an MLP of the embeddings' product.
+    """
+
+    def __init__(self, encoder: nn.Module, hidden: int, decoder: str, target: EdgeType, dot_scale: float = 5.0) -> None:
         super().__init__()
         self.encoder, self.target = encoder, target
         self.mlp = MLP([hidden, hidden, 1], dropout=0.0) if decoder == "mlp" else None
+        self.log_scale = nn.Parameter(torch.tensor(math.log(dot_scale))) if decoder == "dot" else None
+
+    def embed(self, z: torch.Tensor) -> torch.Tensor:
+        """(n, hidden) encoder outputs → (n, hidden) embeddings in the decoder's space: for
+        ``dot``, unit vectors times sqrt(scale), so that the inner product of two of them is the
+        logit (what retrieval ranks by). Idempotent: embedding an embedding changes nothing."""
+        if self.log_scale is None:
+            return z
+        return nn.functional.normalize(z, dim=-1) * (self.log_scale / 2).exp()
 
     def score(self, z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
         """(m, hidden) source and (m, hidden) destination embeddings → (m,) logits of the pairs."""
-        product = z_src * z_dst
+        product = self.embed(z_src) * self.embed(z_dst)
         return self.mlp(product).squeeze(-1) if self.mlp is not None else product.sum(-1)
 
     def forward(self, batch, pairs: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ from components.config import GnnflowConfig
 from components.gnn.epoch import FROM_THE_START, EpochStart, trained_batches
 from components.gnn.glt_dataset import NodeSplits
 from components.gnn.interruption import BatchAgreement
-from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
+from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix, label_entropy
 from components.gnn.sampling import RemoteCounter, SamplingSetup, node_loader
 from components.partition.output import StoredPartition
 from components.runtime import watchdog
@@ -28,6 +28,7 @@ class EpochResult:
     seconds: float
     train: dict[str, float]
     remote_fraction: float = 0.0  # sampled nodes owned by another partition, over every worker
+    chance_loss: float = 0.0  # the loss of predicting the trained labels' shares (components/train/health.py)
 
 
 class NodeTask:
@@ -105,7 +106,14 @@ class NodeTask:
         totals = all_sum(self.sums["stats"])
         confusion = all_sum(self.sums["confusion"])
         count = int(confusion.sum())
-        return EpochResult(float(totals[0]) / max(count, 1), int(totals[1]), seconds, classification_metrics(confusion), remote.fraction())
+        return EpochResult(
+            float(totals[0]) / max(count, 1),
+            int(totals[1]),
+            seconds,
+            classification_metrics(confusion),
+            remote.fraction(),
+            label_entropy(confusion.sum(1)),
+        )
 
     def epoch_sums(self) -> dict[str, torch.Tensor]:
         """This rank's running sums of the epoch in progress."""

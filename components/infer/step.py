@@ -14,6 +14,7 @@ Output layout and names: :mod:`.output`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -239,6 +240,9 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     else:
         outputs = _sampled(ctx, job, part, model, placement)
     model.module.cpu()  # the outputs are on the host; the link metrics below score host embeddings
+    if schema.task_type == "link_prediction":  # written in the decoder's space: their inner product is the dot score
+        with torch.no_grad():
+            outputs = {t: dataclasses.replace(o, embeddings=model.module.embed(o.embeddings)) for t, o in outputs.items()}
     seconds = time.perf_counter() - start
     _check_complete(outputs, part)
     watchdog.mark("writing")

@@ -75,6 +75,9 @@ class TrainingState:
     curves_name: str = ""
     started: float = 0.0
     wall_times: list[float] = field(default_factory=list)
+    # Epochs in a row, and their optimizer steps, whose training loss stayed at chance (health.py).
+    epochs_at_chance: int = 0
+    steps_at_chance: int = 0
 
 
 def save(state: TrainingState, output: storage.Uri) -> None:

@@ -14,6 +14,7 @@ import dataclasses
 import io
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -41,7 +42,7 @@ from components.partition.output import StoredPartition, read_partition
 from components.runtime import watchdog
 from components.runtime.collectives import gather_to_rank_zero
 from components.runtime.launcher import WorkerContext, launch_staged, publishes_here, use_worker_threads
-from components.train import attempts, checkpoint, curves
+from components.train import attempts, checkpoint, curves, health
 from components.train.full_graph import full_graph_setup
 from components.train.output import HISTORY_FILE, METRICS_FILE, MODEL_FILE, SPEC_FILE, STEP, VALIDATION_METRIC
 
@@ -239,6 +240,7 @@ def _train_epochs(
         }
         state.history.append(line)
         state.wall_times.append(time.time())
+        _count_epochs_at_chance(state, result.loss, result.chance_loss, math.ceil(result.batches / ctx.world_size))
         improved = val[metric] > state.best_metric
         if improved:
             state.best_metric, state.best_epoch, state.epochs_without_improvement = val[metric], epoch, 0
@@ -268,6 +270,8 @@ def _train_epochs(
                 remote,
                 100 * result.remote_fraction,
             )
+        limit = config.training.stop_at_chance_epochs
+        health.check_learning(state.epochs_at_chance, state.steps_at_chance, result.loss, result.chance_loss, limit, task_type)
         # Nobody starts the next epoch before the checkpoint of this one exists; a SIGTERM that came
         # during evaluation stops every rank here, the checkpoint being this epoch's.
         if _any_rank(interruption.stop_requested()):
@@ -277,6 +281,14 @@ def _train_epochs(
                 log.info("early stopping: no better validation %s for %d epochs", metric, patience)
             break
     return None
+
+
+def _count_epochs_at_chance(state: checkpoint.TrainingState, loss: float, chance: float, steps: int) -> None:
+    """Epochs in a row (and their steps) whose training loss stayed at chance, as the checkpoint keeps them."""
+    if health.at_chance(loss, chance):
+        state.epochs_at_chance, state.steps_at_chance = state.epochs_at_chance + 1, state.steps_at_chance + steps
+    else:
+        state.epochs_at_chance = state.steps_at_chance = 0
 
 
 def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preempted | None:

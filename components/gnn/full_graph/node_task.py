@@ -26,7 +26,7 @@ from components.gnn.full_graph.encoder import check_encoder, encode, uses_gcn
 from components.gnn.full_graph.graph import partition_graph
 from components.gnn.full_graph.plan import remote_edge_fraction
 from components.gnn.interruption import BatchAgreement
-from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
+from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix, label_entropy
 from components.gnn.node_task import EpochResult
 from components.partition.output import StoredPartition
 from components.runtime.collectives import all_sum_int
@@ -122,7 +122,8 @@ class FullGraphNodeTask:
         optimizer.step()
         confusion = all_sum(confusion_matrix(logits[train].detach().argmax(-1), self.y[train], self.num_classes))
         total = float(all_sum(loss.detach().reshape(1).to(torch.float64)))
-        return EpochResult(total, 1, time.perf_counter() - began, classification_metrics(confusion), self.remote_fraction)
+        metrics, chance = classification_metrics(confusion), label_entropy(confusion.sum(1))
+        return EpochResult(total, 1, time.perf_counter() - began, metrics, self.remote_fraction, chance)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
