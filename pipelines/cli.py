@@ -3,39 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
-from components import storage
 from components.errors import GnnflowError
 from components.runtime.entrypoint import run_cli
 from pipelines import compile as compile_command
+from pipelines import init_config
 from pipelines import schedule as schedule_command
 from pipelines import submit as submit_command
 from pipelines.arguments import parse_set
 from pipelines.local_job import command as local_job_command
 
 STEPS = ("preprocess", "serialize", "partition", "train", "infer", "report")
-
-
-def _init_config(args: argparse.Namespace) -> None:
-    from components.tables.proposal import propose_config, render
-
-    config = propose_config(
-        args.nodes,
-        args.edges,
-        id_column=args.id_column,
-        src_column=args.src_column,
-        dst_column=args.dst_column,
-        label_column=args.label_column,
-        split_column=args.split_column,
-        task=args.task,
-        node_type=args.node_type,
-        relation=args.relation,
-        output_root=args.output_root,
-    )
-    storage.write_text(args.output, render(config, f"{args.nodes} and {args.edges}"))
-    print(f"wrote {args.output}", file=sys.stderr)
 
 
 def _step(args: argparse.Namespace) -> None:
@@ -72,20 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    init = commands.add_parser("init-config", help="propose a config from a node table and an edge table")
-    init.add_argument("--nodes", required=True, help="node table: file or prefix, local or gs://")
-    init.add_argument("--edges", required=True, help="edge table: file or prefix, local or gs://")
-    init.add_argument("--id-column", required=True)
-    init.add_argument("--src-column", required=True)
-    init.add_argument("--dst-column", required=True)
-    init.add_argument("--label-column")
-    init.add_argument("--split-column")
-    init.add_argument("--task", choices=["node_classification", "link_prediction"], default="node_classification")
-    init.add_argument("--node-type", default="node", help="name of the node type (default: node)")
-    init.add_argument("--relation", default="edge", help="name of the edge relation (default: edge)")
-    init.add_argument("--output-root", default="runs", help="output.root of the config (default: runs)")
-    init.add_argument("-o", "--output", required=True, help="where to write the config (local or gs://)")
-    init.set_defaults(handler=_init_config)
+    init_config.add_parser(commands)
 
     step = commands.add_parser("step", help="run one step: gnnflow step NAME --help")
     step.add_argument("name", choices=STEPS)

@@ -86,3 +86,66 @@ def write_planted_hetero(
         "graph": {"nodes": nodes, "edges": edges},
         "task": {"type": "link_prediction", "target": "buys", "split": {"train": 0.8, "val": 0.1, "test": 0.1, "seed": 1}},
     }
+
+
+def write_planted_documents(
+    folder: Path,
+    *,
+    docs: int,
+    words: int = 500,
+    communities: int = 6,
+    words_per_doc: int = 20,
+    cites_per_doc: int = 3,
+    affinity: float = 0.85,
+    seed: int = 0,
+) -> dict:
+    """CiteSeer's shape with planted communities: documents with 0/1 word columns ``w0..``, the same
+    words as featureless nodes (doc-has_word-word), and the target doc-cites-doc. Each community
+    prefers a tenth of the vocabulary (half a document's words come from it), and cites within
+    itself with probability ``affinity``. Returns a raw link-prediction config."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    community = rng.integers(communities, size=docs)
+    preferred = rng.integers(words, size=(communities, max(1, words // 10)))
+    own = rng.random((docs, words_per_doc)) < 0.5
+    drawn = np.where(
+        own,
+        preferred[community][np.arange(docs)[:, None], rng.integers(preferred.shape[1], size=(docs, words_per_doc))],
+        rng.integers(words, size=(docs, words_per_doc)),
+    )
+    present = np.zeros((docs, words), dtype=np.int8)
+    present[np.arange(docs)[:, None], drawn] = 1
+    members = [np.flatnonzero(community == c) for c in range(communities)]
+    citing = np.repeat(np.arange(docs), cites_per_doc)
+    inside = rng.random(len(citing)) < affinity
+    cited = np.where(inside, [rng.choice(members[community[d]]) for d in citing], rng.integers(docs, size=len(citing)))
+    keep = citing != cited
+    paths = {name: folder / f"{name}.csv" for name in ("docs", "words", "cites", "has_word")}
+    table = pd.DataFrame(present, columns=[f"w{j}" for j in range(words)])
+    table.insert(0, "doc_id", [f"d{d}" for d in range(docs)])
+    table.to_csv(paths["docs"], index=False)
+    pd.DataFrame({"word_id": [f"w{j}" for j in range(words)]}).to_csv(paths["words"], index=False)
+    pairs = pd.DataFrame({"src": [f"d{d}" for d in citing[keep]], "dst": [f"d{d}" for d in cited[keep]]}).drop_duplicates()
+    pairs.to_csv(paths["cites"], index=False)
+    rows, cols = present.nonzero()
+    pd.DataFrame({"doc": [f"d{d}" for d in rows], "word": [f"w{j}" for j in cols]}).to_csv(paths["has_word"], index=False)
+    return {
+        "graph": {
+            "nodes": [
+                {"type": "doc", "uri": str(paths["docs"]), "id_column": "doc_id", "features": [{"columns": ["w*"]}]},
+                {"type": "word", "uri": str(paths["words"]), "id_column": "word_id"},
+            ],
+            "edges": [
+                {"type": "cites", "uri": str(paths["cites"]), "src_type": "doc", "dst_type": "doc"},
+                {
+                    "type": "has_word",
+                    "uri": str(paths["has_word"]),
+                    "src_column": "doc",
+                    "dst_column": "word",
+                    "src_type": "doc",
+                    "dst_type": "word",
+                },
+            ],
+        },
+        "task": {"type": "link_prediction", "target": "cites", "split": {"train": 0.8, "val": 0.1, "test": 0.1, "seed": 1}},
+    }

@@ -62,7 +62,7 @@ def citeseer_config(nodes: str, edges: str) -> GnnflowConfig:
                     "split_column": "split",
                     "features": [{"columns": ["f*"], "transform": "row_normalize"}],
                 }
-            ],  # as init-config proposes
+            ],  # a transform that reads every word column of a row
             "edges": [{"type": "edge", "uri": edges}],
         },
         "task": {"split": {"train_value": "train", "val_value": "val", "test_value": "test"}},
