@@ -65,7 +65,14 @@ def _demo_authors(folder: pathlib.Path) -> dict:
             ],
             "edges": [
                 {"type": "cites", "uri": str(tables["cites"]), "src_type": "paper", "dst_type": "paper"},
-                {"type": "writes", "uri": str(tables["writes"]), "src_type": "author", "dst_type": "paper"},
+                {
+                    "type": "writes",
+                    "uri": str(tables["writes"]),
+                    "src_column": "author_id",
+                    "dst_column": "paper_id",
+                    "src_type": "author",
+                    "dst_type": "paper",
+                },
             ],
         },
         "task": {"type": "link_prediction", "target": "cites", "split": SPLIT},

@@ -174,7 +174,7 @@ class LinkPredictor(nn.Module):
     scale sets how confident scores get. ``mlp``: an MLP of the embeddings' product.
     """
 
-    def __init__(self, encoder: nn.Module, hidden: int, decoder: str, target: EdgeType, dot_scale: float = 5.0) -> None:
+    def __init__(self, encoder: nn.Module, hidden: int, decoder: str, target: EdgeType, dot_scale: float = 1.0) -> None:
         super().__init__()
         self.encoder, self.target = encoder, target
         self.mlp = MLP([hidden, hidden, 1], dropout=0.0) if decoder == "mlp" else None
