@@ -77,7 +77,7 @@ def test_citeseer_local_paths(tmp_path):
     config = citeseer_config(str(CITESEER / "nodes.csv.gz"), str(CITESEER / "edges.csv.gz"))
     _, ser_beam = run_both(config, str(tmp_path))
     csv = pd.read_csv(CITESEER / "nodes.csv.gz", dtype={"node_id": str, "label": str, "split": str})
-    check_citeseer(ser_beam, csv, tmp_path / "read")  # per original id: features, label, split; edges
+    check_citeseer(ser_beam, csv, tmp_path / "read", row_normalized=True)  # per original id: features, label, split; edges
 
 
 @citeseer

@@ -44,7 +44,9 @@ def read_tfrecords(serialized: storage.PublishedOutput, files: list[str], spec: 
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-def check_citeseer(serialized: storage.PublishedOutput, csv: pd.DataFrame, tmp: pathlib.Path) -> None:
+def check_citeseer(serialized: storage.PublishedOutput, csv: pd.DataFrame, tmp: pathlib.Path, row_normalized: bool = False) -> None:
+    """The serialized CiteSeer holds every node's words (0/1 as init-config proposes, or divided by
+    the row's count of words when ``row_normalized``), label and split, and every edge."""
     meta = read_graph_metadata(serialized)
     node, edge = meta.node_types["node"], meta.edge_types["node__edge__node"]
     assert (node.count, node.feature_dim, node.num_classes) == (3327, 3703, 6)
@@ -57,8 +59,10 @@ def check_citeseer(serialized: storage.PublishedOutput, csv: pd.DataFrame, tmp: 
     id_map = pd.concat(pq.read_table(_parquet(serialized, f)).to_pandas() for f in node.id_map_files)
     original = id_map.set_index("node_id").loc[nodes["node_id"][order, 0], "original_id"].to_numpy()
     rows = csv.set_index("node_id").loc[original]
-    words = rows[[f"f{i}" for i in range(3703)]].to_numpy(np.float32)  # init-config passes the 0/1 words through
-    np.testing.assert_array_equal(nodes["features"][order], words)
+    words = rows[[f"f{i}" for i in range(3703)]].to_numpy(np.float64)
+    if row_normalized:
+        words = words / np.maximum(words.sum(axis=1, keepdims=True), 1.0)
+    np.testing.assert_array_equal(nodes["features"][order], words.astype(np.float32))
 
     labels = nodes["label"][order, 0]
     expected_labels = rows["label"].map({v: i for i, v in enumerate(node.label_vocabulary)}).fillna(-1).astype(int)

@@ -121,7 +121,7 @@ def test_sigterm_stops_every_rank_after_one_batch_and_the_rerun_ends_with_the_un
 
 def test_a_killed_worker_resumes_from_the_last_periodic_checkpoint_with_multiprocess_sampling(one_sided_validation, tmp_path):
     raw, partitions, _ = one_sided_validation
-    sampling = {"sampling": "multiprocess", "sampling_workers": 1}
+    sampling = {"sampling": "multiprocess", "sampling_workers": 1, "epochs": 1}  # a kill inside the only epoch
     train(with_updates(_raw(raw, **sampling)), partitions, tmp_path / "uninterrupted")
 
     interrupted = _raw(raw, checkpoint_every_batches=5, **sampling)

@@ -106,14 +106,16 @@ def test_progress_timeouts_come_from_the_config() -> None:
 
 
 def sampling_processes(timeout_s: float = 180) -> list[psutil.Process]:
-    """The sampling subprocesses of this process's workers (spawned grandchildren), once there are some."""
+    """The sampling subprocesses of this process's workers, once there are some: the children of
+    each worker's sampling fork server (glt_compat fix 7)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = [
-            grandchild
+            sampler
             for worker in _children()
-            for grandchild in worker.children()
-            if "spawn_main" in " ".join(grandchild.cmdline()) and "resource_tracker" not in " ".join(grandchild.cmdline())
+            for server in worker.children()
+            if "forkserver" in " ".join(server.cmdline())
+            for sampler in server.children()
         ]
         if found:
             return found
