@@ -112,6 +112,7 @@ class LiveCurves:
 def stage_curves(
     staging: storage.OutputStaging, live: LiveCurves, history: Sequence[Mapping[str, object]], wall_times: Sequence[float]
 ) -> None:
-    """Writes the whole run's curves a last time, and adds them to the output being staged."""
+    """Writes the whole run's curves a last time and records them in the output being staged
+    (the live file already lies in its generation, under ``tensorboard/``)."""
     data = live.write(history, wall_times)
-    staging.write_bytes(f"{FOLDER}/{live.name}", data)
+    staging.add_entries({f"{FOLDER}/{live.name}": storage.FileEntry.of(data)})

@@ -16,6 +16,7 @@ for four steps; benchmarks/RESULTS.md).
 from __future__ import annotations
 
 from components.errors import GnnflowError
+from components.train.checkpoint import TrainingState
 
 CHANCE_MARGIN = 0.02
 MIN_STEPS_AT_CHANCE = 50
@@ -24,6 +25,14 @@ MIN_STEPS_AT_CHANCE = 50
 def at_chance(loss: float, chance: float) -> bool:
     """Whether an epoch's mean training loss is within CHANCE_MARGIN of chance (or above it)."""
     return chance > 0 and loss >= (1 - CHANCE_MARGIN) * chance
+
+
+def count_epochs_at_chance(state: TrainingState, loss: float, chance: float, steps: int) -> None:
+    """Updates ``state``'s epochs in a row (and their steps) whose training loss stayed at chance."""
+    if at_chance(loss, chance):
+        state.epochs_at_chance, state.steps_at_chance = state.epochs_at_chance + 1, state.steps_at_chance + steps
+    else:
+        state.epochs_at_chance = state.steps_at_chance = 0
 
 
 def check_learning(epochs_at_chance: int, steps_at_chance: int, loss: float, chance: float, limit: int | None, task_type: str) -> None:

@@ -240,7 +240,7 @@ def _train_epochs(
         }
         state.history.append(line)
         state.wall_times.append(time.time())
-        _count_epochs_at_chance(state, result.loss, result.chance_loss, math.ceil(result.batches / ctx.world_size))
+        health.count_epochs_at_chance(state, result.loss, result.chance_loss, math.ceil(result.batches / ctx.world_size))
         improved = val[metric] > state.best_metric
         if improved:
             state.best_metric, state.best_epoch, state.epochs_without_improvement = val[metric], epoch, 0
@@ -281,14 +281,6 @@ def _train_epochs(
                 log.info("early stopping: no better validation %s for %d epochs", metric, patience)
             break
     return None
-
-
-def _count_epochs_at_chance(state: checkpoint.TrainingState, loss: float, chance: float, steps: int) -> None:
-    """Epochs in a row (and their steps) whose training loss stayed at chance, as the checkpoint keeps them."""
-    if health.at_chance(loss, chance):
-        state.epochs_at_chance, state.steps_at_chance = state.epochs_at_chance + 1, state.steps_at_chance + steps
-    else:
-        state.epochs_at_chance = state.steps_at_chance = 0
 
 
 def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preempted | None:
