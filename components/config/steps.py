@@ -137,6 +137,13 @@ class ModelSpec(_Section):
         description="Link prediction, dot: the learnt scale's starting value (scores start within ±dot_scale); 1 had the best "
         "mean validation ROC-AUC of 1, 5 and 10 over four graphs (benchmarks/link_defaults.py).",
     )
+    learnt_embeddings: Literal["sharded", "replicated"] = Field(
+        "sharded",
+        description="Node types without features get a learnt embedding per node. sharded: each worker holds and "
+        "updates the rows of its own partition's nodes (memory O(nodes / workers)); rows of sampled remote nodes arrive "
+        "with the subgraph, their gradients go back to the owner (training.embedding_optimizer). replicated: one "
+        "nn.Embedding of the whole type on every worker, all-reduced densely by DDP each step (O(nodes) per worker).",
+    )
 
 
 # GLT 0.2.4's CUDA sampler draws with replacement from its own unseeded generator: gnnflow's
@@ -179,6 +186,14 @@ class TrainingSpec(_Section):
     )
     learning_rate: float = Field(0.01, gt=0, description="Adam learning rate.")
     weight_decay: float = Field(5e-4, ge=0, description="Adam weight decay.")
+    embedding_optimizer: Literal["sparse_adam", "row_adagrad"] = Field(
+        "sparse_adam",
+        description="model.learnt_embeddings sharded: the sparse optimizer of the embedding rows (only a batch's rows are "
+        "updated). sparse_adam: Adam's moments per element (state twice the rows); row_adagrad: one accumulator per row.",
+    )
+    embedding_learning_rate: float | None = Field(
+        None, gt=0, description="model.learnt_embeddings sharded: learning rate of the embedding rows (null: training.learning_rate)."
+    )
     seed: int = Field(0, description="Seed of model initialisation and sampling: same config and world size, same result.")
     early_stopping_patience: int | None = Field(
         10, gt=0, description="Stop after this many epochs without a better validation metric; null: never."

@@ -10,6 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from components.config import GnnflowConfig
+from components.gnn.learnt_embeddings import uses_sharded_embeddings
 from components.gnn.model import EdgeType, LinkPredictor, NodeClassifier, NodeInput, build_encoder
 from components.schema import GraphSchema, stored_edge_types
 
@@ -45,7 +46,8 @@ def target_edge_type(schema: GraphSchema) -> EdgeType:
 def build_model(schema: GraphSchema, config: GnnflowConfig, edge_dir: str) -> nn.Module:
     """A ``NodeClassifier`` or ``LinkPredictor`` for ``schema``'s task, with ``config.model``."""
     spec = config.model
-    inputs = {t: NodeInput(n.feature_dim, n.count) for t, n in schema.node_types.items()}
+    sharded = uses_sharded_embeddings(config)
+    inputs = {t: NodeInput(n.feature_dim, n.count, sharded) for t, n in schema.node_types.items()}
     edge_types = batch_edge_types(schema, edge_dir)
     edge_dims = {edge_types[name]: schema.edge_types[forward_edge_name(name)].feature_dim for name in edge_types}
     encoder = build_encoder(spec, inputs, list(edge_types.values()), {e: d for e, d in edge_dims.items() if d})

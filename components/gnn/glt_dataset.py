@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +91,10 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
     dataset.init_graph(edge_index=plain(edge_index), edge_ids=plain(edge_ids), layout="COO", directed=True, **placement.glt_graph_args())
     if any(f.shape[1] for f in features.values()):
         dataset.init_node_features(node_feature_data=plain(features), id2idx=plain(id2idx), **placement.glt_feature_args())
-        dataset.node_features = _on_host_where_empty(dataset.node_features, features, id2idx, placement)
+        # Learnt embedding rows (a featureless type's features, components/gnn/learnt_embeddings.py)
+        # stay on the host too: their owner updates them in place, which a GPU copy would not see.
+        learnt = [t for t, f in features.items() if f.numel() and not meta.schema.node_types[t].feature_dim]
+        dataset.node_features = _on_host_where_empty(dataset.node_features, features, id2idx, placement, learnt)
     if labels:
         label_ids = {t: id2idx[t] for t in labels}
         dataset.init_node_labels(node_label_data=plain(labels), id2idx=plain(label_ids))
@@ -109,16 +113,18 @@ def empty_feature_types(features: dict[Any, torch.Tensor]) -> list[Any]:
     return [t for t, f in features.items() if f.numel() == 0]
 
 
-def _on_host_where_empty(stores: Any, features: dict[Any, torch.Tensor], id2idx: dict[Any, Any], placement: Placement) -> Any:
+def _on_host_where_empty(
+    stores: Any, features: dict[Any, torch.Tensor], id2idx: dict[Any, Any], placement: Placement, also: Sequence[Any] = ()
+) -> Any:
     """GLT's stores (a ``Feature`` or a dict of them), with the empty types' held on the host.
 
     GLT splits a type's rows between the GPU and pinned host memory and creates neither part
     for an empty tensor, so every lookup of it raised KeyError (a partition without nodes of a
     type; a featureless type, also with ``gpu_feature_fraction: 0``). A plain host ``Feature``
     answers those lookups with (n, width) rows, and GLT's ``DistFeature`` moves every part to
-    the sampling device when it stitches a batch together.
+    the sampling device when it stitches a batch together. ``also``: more types to hold there.
     """
-    if not placement.feature_with_gpu or not (empty := empty_feature_types(features)):
+    if not placement.feature_with_gpu or not (empty := empty_feature_types(features) + list(also)):
         return stores
     from graphlearn_torch.data.feature import Feature
 

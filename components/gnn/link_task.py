@@ -17,6 +17,7 @@ from components.config import GnnflowConfig
 from components.gnn.build import reverse_edge_type, target_edge_type
 from components.gnn.epoch import FROM_THE_START, EpochStart, trained_batches
 from components.gnn.interruption import BatchAgreement
+from components.gnn.learnt_embeddings import EmbeddingShards
 from components.gnn.link_labels import hard_negative_pairs, positive_pairs
 from components.gnn.metrics import AUC_BINS, all_sum, histogram_auc, label_entropy, score_histogram
 from components.gnn.node_task import EpochResult
@@ -46,7 +47,10 @@ POSITIVE, GIVEN_NEGATIVE = 1, 2
 class LinkTask:
     """Everything link prediction needs on one worker."""
 
-    def __init__(self, setup: SamplingSetup, dataset, part: StoredPartition, config: GnnflowConfig) -> None:
+    def __init__(
+        self, setup: SamplingSetup, dataset, part: StoredPartition, config: GnnflowConfig, embeddings: EmbeddingShards | None = None
+    ) -> None:
+        self.embeddings = embeddings  # sharded learnt embeddings: their rows' gradients go to their owners
         schema = part.metadata.schema
         self.node_counts, self.rank = part.metadata.node_counts, part.index
         negatives = config.training.negatives
@@ -103,10 +107,13 @@ class LinkTask:
         for batch in trained_batches(model, self.loaders, agreement, start):
             remote.add(batch)
             optimizer.zero_grad()
+            leaves = self.embeddings.attach(batch) if self.embeddings is not None else []
             pairs, label = in_batch_negatives(*self._labelled_pairs(batch), self.in_batch_rolls)
             logits = model(batch, pairs)
             loss = F.binary_cross_entropy_with_logits(logits, label.float())
             loss.backward()
+            if self.embeddings is not None:
+                self.embeddings.push(leaves)
             optimizer.step()
             self.sums["stats"] += torch.tensor([float(loss) * len(logits), 1.0, len(logits)], dtype=torch.float64)
             self.sums["labels"] += torch.bincount(label.to(torch.int64).cpu(), minlength=2)

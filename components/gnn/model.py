@@ -25,10 +25,12 @@ EdgeType = tuple[str, str, str]
 @dataclass(frozen=True)
 class NodeInput:
     """What a node type brings to the encoder: ``feature_dim`` input features, or, when it has
-    none, a learnable embedding of each of its ``count`` nodes."""
+    none, a learnable embedding of each of its ``count`` nodes: a module parameter, or, when
+    ``sharded``, rows that batches carry as the type's features (see ``gnn.learnt_embeddings``)."""
 
     feature_dim: int
     count: int
+    sharded: bool = False
 
 
 class HomogeneousSAGE(GraphSAGE):
@@ -80,7 +82,8 @@ class HeteroEncoder(nn.Module):
     (``model.type``), summed over the edge types that reach a node type.
 
     Node types with features are projected to ``hidden`` first; node types without get a
-    learnable embedding per node (looked up by partition id), so every type shares one space.
+    learnable embedding per node (looked up by partition id, or, sharded, read from the batch's
+    ``x``), so every type shares one space.
     A homogeneous graph is the case of one node type and one edge type.
 
     Args:
@@ -96,7 +99,9 @@ class HeteroEncoder(nn.Module):
         edge_dims = edge_dims or {}
         self.node_types, self.edge_types = list(inputs), list(edge_types)
         self.project = nn.ModuleDict({t: nn.Linear(i.feature_dim, spec.hidden_channels) for t, i in inputs.items() if i.feature_dim})
-        self.embedding = nn.ModuleDict({t: nn.Embedding(i.count, spec.hidden_channels) for t, i in inputs.items() if not i.feature_dim})
+        learnt = {t: i for t, i in inputs.items() if not i.feature_dim}
+        self.embedding = nn.ModuleDict({t: nn.Embedding(i.count, spec.hidden_channels) for t, i in learnt.items() if not i.sharded})
+        self.sharded = {t for t, i in learnt.items() if i.sharded}
         self.convs = nn.ModuleList(
             HeteroConv({e: _convolution(spec, edge_dims.get(e, 0)) for e in edge_types}, aggr="sum") for _ in range(spec.num_layers)
         )
@@ -111,7 +116,7 @@ class HeteroEncoder(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """x[type]: (n_type, d_type); node[type]: (n_type,) partition ids; edge_attr[etype]: (e, d_e)
         → embeddings[type]: (n_type, hidden)."""
-        h = {t: self.project[t](x[t]) if t in self.project else self.embedding[t](node[t]) for t in node}
+        h = {t: self._input(t, x, node) for t in node}
         edge_index = {e: v for e, v in edge_index.items() if e[0] in h and e[2] in h}
         extra = {"edge_attr_dict": {e: v for e, v in edge_attr.items() if e in edge_index}} if edge_attr else {}
         for i, conv in enumerate(self.convs):
@@ -121,14 +126,23 @@ class HeteroEncoder(nn.Module):
                 h = {t: nn.functional.dropout(torch.relu(v), self.dropout, self.training) for t, v in h.items()}
         return h
 
+    def _input(self, node_type: str, x: dict[str, torch.Tensor], node: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(n, hidden) layer-0 state of a type's nodes: projected features, or learnt embeddings."""
+        if node_type in self.project:
+            return self.project[node_type](x[node_type])
+        if node_type in self.sharded:
+            return x[node_type]
+        return self.embedding[node_type](node[node_type])
+
     def encode_batch(self, batch) -> dict[str, torch.Tensor]:
+        reads_x = set(self.project) | self.sharded
         if hasattr(batch, "node_types"):
             stores = {t: batch[t] for t in batch.node_types if "node" in batch[t]}
-            x = {t: s.x.to(torch.float32) for t, s in stores.items() if "x" in s and t in self.project}
+            x = {t: s.x.to(torch.float32) for t, s in stores.items() if "x" in s and t in reads_x}
             edge_attr = {e: batch[e].edge_attr.to(torch.float32) for e in batch.edge_types if batch[e].get("edge_attr") is not None}
             return self(x, batch.edge_index_dict, {t: s.node for t, s in stores.items()}, edge_attr)
         (node_type,), (edge_type,) = self.node_types, self.edge_types
-        x = {node_type: batch.x.to(torch.float32)} if node_type in self.project else {}
+        x = {node_type: batch.x.to(torch.float32)} if node_type in reads_x else {}
         attr = {edge_type: batch.edge_attr.to(torch.float32)} if batch.get("edge_attr") is not None else None
         return self(x, {edge_type: batch.edge_index}, {node_type: batch.node}, attr)
 

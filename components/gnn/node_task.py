@@ -14,6 +14,7 @@ from components.config import GnnflowConfig
 from components.gnn.epoch import FROM_THE_START, EpochStart, trained_batches
 from components.gnn.glt_dataset import NodeSplits
 from components.gnn.interruption import BatchAgreement
+from components.gnn.learnt_embeddings import EmbeddingShards
 from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix, label_entropy
 from components.gnn.sampling import RemoteCounter, SamplingSetup, node_loader
 from components.partition.output import StoredPartition
@@ -34,7 +35,16 @@ class EpochResult:
 class NodeTask:
     """Everything node classification needs on one worker."""
 
-    def __init__(self, setup: SamplingSetup, dataset, part: StoredPartition, splits: NodeSplits, config: GnnflowConfig) -> None:
+    def __init__(
+        self,
+        setup: SamplingSetup,
+        dataset,
+        part: StoredPartition,
+        splits: NodeSplits,
+        config: GnnflowConfig,
+        embeddings: EmbeddingShards | None = None,
+    ) -> None:
+        self.embeddings = embeddings  # sharded learnt embeddings: their rows' gradients go to their owners
         schema = part.metadata.schema
         self.target = schema.target
         self.hetero = schema.is_heterogeneous
@@ -90,10 +100,13 @@ class NodeTask:
             remote.add(batch)
             y = self._seed_labels(batch)
             optimizer.zero_grad()
+            leaves = self.embeddings.attach(batch) if self.embeddings is not None else []
             logits = model(batch)[: len(y)]
             labelled = y >= 0
             loss = F.cross_entropy(logits[labelled], y[labelled])
             loss.backward()
+            if self.embeddings is not None:
+                self.embeddings.push(leaves)
             optimizer.step()
             self.sums["stats"] += torch.tensor([float(loss) * int(labelled.sum()), 1.0], dtype=torch.float64)
             self.sums["confusion"] += confusion_matrix(logits[labelled].argmax(-1).detach(), y[labelled], self.num_classes)

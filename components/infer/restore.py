@@ -12,6 +12,8 @@ from torch import nn
 from components import storage
 from components.config import GnnflowConfig, ModelSpec
 from components.errors import GnnflowError
+from components.gnn.learnt_embeddings import learnt_types, shard_path
+from components.partition.output import StoredPartition, range_offset
 from components.schema import GraphSchema
 from components.train.output import MODEL_FILE, SPEC_FILE
 
@@ -36,7 +38,8 @@ def read_spec(model: storage.PublishedOutput, schema: GraphSchema) -> tuple[dict
     raw = model.read_json(SPEC_FILE)
     source = model.uri(SPEC_FILE)
     try:
-        spec = ModelSpec.model_validate(raw["model"])
+        # Models published before learnt embeddings were sharded hold the whole table in model.pt.
+        spec = ModelSpec.model_validate({"learnt_embeddings": "replicated", **raw["model"]})
         task_type, target, heterogeneous = raw["task_type"], raw["target"], bool(raw["heterogeneous"])
         raw["edge_dir"] = str(raw["edge_dir"])
     except (KeyError, TypeError, ValidationError) as exc:
@@ -78,3 +81,28 @@ def restore_model(model: storage.PublishedOutput, schema: GraphSchema, config: G
         raise GnnflowError(f"{source} does not fit the graph in the partitions: {first_line}") from None
     module.eval()
     return RestoredModel(module, schema.task_type, spec, raw["edge_dir"])
+
+
+def install_learnt_rows(model: storage.PublishedOutput, spec: ModelSpec, part: StoredPartition) -> None:
+    """Puts the trained embedding rows of this partition's featureless nodes where their features
+    would be (what the encoder and the samplers read), from the train output's shard of the same
+    partition; nothing for a model with replicated embeddings (they are in model.pt)."""
+    if spec.learnt_embeddings != "sharded":
+        return
+    for node_type in learnt_types(part):
+        path = shard_path(node_type, part.index)
+        if path not in model.manifest.files:
+            raise GnnflowError(
+                f"{model.root} holds no learnt embeddings of node type {node_type!r} for partition {part.index} ({path}): "
+                "infer with the partitions the model was trained on"
+            )
+        saved = torch.load(io.BytesIO(model.read_bytes(path)), map_location="cpu", weights_only=True)
+        start, rows = int(saved["start"]), saved["rows"]
+        own = len(part.nodes[node_type]["node_id"])
+        first = range_offset(part.metadata.node_counts[node_type], part.index)
+        if start != first or tuple(rows.shape) != (own, spec.hidden_channels):
+            raise GnnflowError(
+                f"{model.uri(path)} holds {tuple(rows.shape)} rows from id {start}, but partition {part.index} owns {own} "
+                f"{node_type!r} nodes from id {first} (hidden {spec.hidden_channels}): infer with the partitions the model was trained on"
+            )
+        part.nodes[node_type]["features"] = rows.to(torch.float32)

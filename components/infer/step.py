@@ -37,7 +37,7 @@ from components.infer.link_eval import link_metrics, own_embeddings
 from components.infer.metrics import shard_confusion
 from components.infer.output import METRICS_FILE, MODES, STEP
 from components.infer.outputs import NodeOutputs
-from components.infer.restore import RestoredModel, model_config, restore_model
+from components.infer.restore import RestoredModel, install_learnt_rows, model_config, restore_model
 from components.infer.retrieval import OwnNodes, write_retrieval
 from components.infer.retrieval_metrics import retrieval_metrics
 from components.infer.shards import embedding_matrix
@@ -224,7 +224,9 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
         check_sampling_memory(part.nbytes, loaders=1, local_world_size=ctx.local_world_size)  # one node type's loader at a time
     schema = part.metadata.schema
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
-    model = restore_model(storage.open_published(job.model, step=TRAIN_STEP), schema, job.config, edge_dir)
+    published_model = storage.open_published(job.model, step=TRAIN_STEP)
+    model = restore_model(published_model, schema, job.config, edge_dir)
+    install_learnt_rows(published_model, model.spec, part)
     start = time.perf_counter()
     model.module.to(placement.device)
     if job.mode == "exact":

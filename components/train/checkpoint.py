@@ -21,6 +21,10 @@ from components.config import GnnflowConfig
 
 CHECKPOINT_FILE = "_checkpoints/checkpoint.pt"
 POSITION_FILE = "_checkpoints/position.txt"  # where the checkpoint stands, for people and for attempts.py
+# Each rank's shard of the learnt embeddings (components/gnn/learnt_embeddings.py), written by
+# that rank under a tag per checkpoint: the state names its tag, so that a crash between the
+# shards and the state leaves the state's own shards in place.
+SHARDS_DIR = "_checkpoints/learnt_embeddings"
 
 
 # When to stop is not what was trained: raising epochs (or patience) continues the same run.
@@ -78,6 +82,8 @@ class TrainingState:
     # Epochs in a row, and their optimizer steps, whose training loss stayed at chance (health.py).
     epochs_at_chance: int = 0
     steps_at_chance: int = 0
+    # The tag of the learnt-embedding shards that belong with this state ("": none).
+    embeddings_tag: str = ""
 
 
 def save(state: TrainingState, output: storage.Uri) -> None:
@@ -85,6 +91,37 @@ def save(state: TrainingState, output: storage.Uri) -> None:
     torch.save(state.__dict__, buffer)
     storage.write_bytes(output.join(CHECKPOINT_FILE), buffer.getvalue())
     storage.write_text(output.join(POSITION_FILE), position(state))
+
+
+def shard_uri(output: storage.Uri, tag: str, rank: int) -> storage.Uri:
+    return output.join(f"{SHARDS_DIR}/{tag}/rank-{rank:05d}.pt")
+
+
+def shards_tag(state: TrainingState, batches: int = 0) -> str:
+    """The tag of the shards written with ``state`` (at ``batches`` of its epoch when mid-epoch)."""
+    return f"epoch-{state.next_epoch:05d}-batch-{batches:07d}"
+
+
+def save_shard(output: storage.Uri, tag: str, rank: int, shard: dict[str, Any]) -> None:
+    buffer = io.BytesIO()
+    torch.save(shard, buffer)
+    storage.write_bytes(shard_uri(output, tag, rank), buffer.getvalue())
+
+
+def load_shard(output: storage.Uri, tag: str, rank: int) -> dict[str, Any]:
+    uri = shard_uri(output, tag, rank)
+    if not storage.exists(uri):
+        raise FileNotFoundError(f"the checkpoint names learnt-embedding shards {tag!r}, but {uri} does not exist")
+    return torch.load(io.BytesIO(storage.read_bytes(uri)), map_location="cpu", weights_only=True)
+
+
+def drop_other_shards(output: storage.Uri, keep: set[str]) -> None:
+    """Deletes the shards of earlier checkpoints (rank 0, once the state naming the tags ``keep`` is written)."""
+    root = output.join(SHARDS_DIR)
+    for uri in storage.list_files(root):
+        tag = storage.relative_to(uri, root).split("/")[0]
+        if tag not in keep:
+            storage.delete(uri)
 
 
 def position(state: TrainingState) -> str:

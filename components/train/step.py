@@ -30,6 +30,7 @@ from components.gnn.device import Placement, check_device, worker_placement
 from components.gnn.epoch import FROM_THE_START, EpochStart, random_state, restore_random_state
 from components.gnn.glt_dataset import node_splits, to_dist_dataset
 from components.gnn.interruption import BatchAgreement
+from components.gnn.learnt_embeddings import EmbeddingShards, learnt_types, uses_sharded_embeddings
 from components.gnn.link_labels import training_edges
 from components.gnn.link_task import LinkTask
 from components.gnn.metrics import all_sum
@@ -43,6 +44,7 @@ from components.runtime import watchdog
 from components.runtime.collectives import gather_to_rank_zero
 from components.runtime.launcher import WorkerContext, launch_staged, publishes_here, use_worker_threads
 from components.train import attempts, checkpoint, curves, health
+from components.train.embeddings import TrainedEmbeddings
 from components.train.full_graph import full_graph_setup
 from components.train.output import HISTORY_FILE, METRICS_FILE, MODEL_FILE, SPEC_FILE, STEP, VALIDATION_METRIC
 
@@ -74,11 +76,16 @@ def _sampled_setup(ctx: WorkerContext, part: StoredPartition, config: GnnflowCon
 
     schema = part.metadata.schema
     link = schema.task_type == "link_prediction"
+    shards = EmbeddingShards.initial(part, config, ctx.world_size) if uses_sharded_embeddings(config) and learnt_types(part) else None
+    if shards is not None:
+        shards.install(part)  # the rows are the featureless types' features: batches carry them
     dataset = to_dist_dataset(part, edge_filter=training_edges(part, schema, ctx.world_size) if link else None, placement=placement)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-train")
     ctx.init_rpc(num_rpc_threads=RPC_THREADS)
+    if shards is not None:
+        shards.register()
     setup = SamplingSetup.of(ctx, config, schema, edge_dir, placement)
-    task = LinkTask(setup, dataset, part, config) if link else NodeTask(setup, dataset, part, node_splits(part), config)
+    task = LinkTask(setup, dataset, part, config, shards) if link else NodeTask(setup, dataset, part, node_splits(part), config, shards)
     part.edges.clear()  # GLT holds its own adjacency now: keep one copy of the partition's topology, not two
     _seed_everything(config.training.seed)
     model = build_model(schema, config, edge_dir).to(placement.device)  # initialised on the CPU: the same weights anywhere
@@ -95,9 +102,9 @@ def _sampled_setup(ctx: WorkerContext, part: StoredPartition, config: GnnflowCon
 
 
 def _resumed_state(
-    ctx: WorkerContext, config: GnnflowConfig, output: storage.Uri, generation: str, model, optimizer
+    ctx: WorkerContext, config: GnnflowConfig, output: storage.Uri, generation: str, model, optimizer, embeddings: TrainedEmbeddings | None
 ) -> checkpoint.TrainingState:
-    """The checkpoint's state, loaded into ``model`` and ``optimizer``, or a fresh one."""
+    """The checkpoint's state, loaded into ``model``, ``optimizer`` and this rank's ``embeddings``, or a fresh one."""
     fingerprint = checkpoint.fingerprint(config, generation, ctx.world_size)
     state = checkpoint.load(output, fingerprint)
     if state is not None and state.next_epoch > config.training.epochs:
@@ -112,6 +119,9 @@ def _resumed_state(
     own = checkpoint.for_rank(state, ctx.rank)
     model.load_state_dict(own.get("model", state.model))
     optimizer.load_state_dict(own.get("optimizer", state.optimizer))
+    if embeddings is not None:
+        tag = own.get("embeddings_tag") or state.embeddings_tag
+        embeddings.resume(checkpoint.load_shard(output, tag, ctx.rank), str(checkpoint.shard_uri(output, tag, ctx.rank)))
     if ctx.rank == 0:
         where = f"batch {own['batches']} of epoch {state.next_epoch + 1}" if state.mid_epoch else f"epoch {state.next_epoch - 1}"
         log.info(
@@ -153,23 +163,34 @@ def _agreement(
     model,
     optimizer,
     output: storage.Uri,
+    embeddings: TrainedEmbeddings | None,
+    rank: int,
 ) -> BatchAgreement:
-    """The epoch's stop-and-checkpoint agreement: every rank snapshots itself, rank 0 writes them."""
+    """The epoch's stop-and-checkpoint agreement: every rank snapshots itself (and writes its own
+    shard of the learnt embeddings, before the gather that lets rank 0 write the state)."""
 
     def snapshot() -> dict:
+        batches = start.skip + agreement.batches
+        tag = checkpoint.shards_tag(state, batches) if embeddings is not None else ""
+        if embeddings is not None:
+            with watchdog.phase("writing"):
+                embeddings.checkpoint(output, tag, rank)
         return {
             "model": model.state_dict(),  # pickled (gathered or saved) before training goes on
             "optimizer": optimizer.state_dict(),
-            "batches": start.skip + agreement.batches,
+            "batches": batches,
             "epoch_rng": epoch_rng,
             "sums": task.epoch_sums(),
+            "embeddings_tag": tag,
         } | random_state(_loaders(task))
 
     def write(snapshots: list[dict], stopping: bool) -> None:
         began = time.perf_counter()
-        saved = dataclasses.replace(state, ranks=snapshots, mid_epoch=True)
+        saved = dataclasses.replace(state, ranks=snapshots, mid_epoch=True, embeddings_tag="")
         with watchdog.phase("writing"):
             checkpoint.save(saved, output)
+            if embeddings is not None:
+                checkpoint.drop_other_shards(output, keep={s["embeddings_tag"] for s in snapshots})
         kind = "SIGTERM" if stopping else "periodic"
         log.info("%s: checkpoint at %s written in %.2f s", kind, checkpoint.position(saved), time.perf_counter() - began)
 
@@ -205,6 +226,7 @@ def _train_epochs(
     state: checkpoint.TrainingState,
     output: storage.Uri,
     live: curves.LiveCurves | None,
+    embeddings: TrainedEmbeddings | None,
 ) -> interruption.Preempted | None:
     """Trains epochs from ``state`` on, checkpointing each (and, on rank 0, writing the curves to
     ``live``), until the last, early stopping, or a SIGTERM (then returns what the step ends with)."""
@@ -220,7 +242,7 @@ def _train_epochs(
         epoch_rng = start.epoch_rng or interruption.rng_states()  # what this epoch's seed order is drawn from
         state.mid_epoch = False
         sampled = config.training.mode == "sampled"
-        agreement = _agreement(config, state, start, epoch_rng, task, model, optimizer, output) if sampled else None
+        agreement = _agreement(config, state, start, epoch_rng, task, model, optimizer, output, embeddings, ctx.rank) if sampled else None
         result = task.train_epoch(ddp, optimizer, show_progress=ctx.rank == 0, agreement=agreement, start=start)
         if agreement is not None and agreement.stopped:
             return _preempted(ctx, epoch, start.skip + agreement.batches, output)
@@ -237,7 +259,7 @@ def _train_epochs(
             "seconds": round(seconds, 3),
             "batches_per_s": round(result.batches / seconds, 2) if seconds else 0.0,
             "remote_fraction": round(result.remote_fraction, 4),
-        }
+        } | (embeddings.epoch_figures() if embeddings is not None else {})
         state.history.append(line)
         state.wall_times.append(time.time())
         health.count_epochs_at_chance(state, result.loss, result.chance_loss, math.ceil(result.batches / ctx.world_size))
@@ -245,14 +267,22 @@ def _train_epochs(
         if improved:
             state.best_metric, state.best_epoch, state.epochs_without_improvement = val[metric], epoch, 0
             state.best_model = copy.deepcopy(model.state_dict())
+            if embeddings is not None:
+                embeddings.improved()
         else:
             state.epochs_without_improvement += 1
         state.next_epoch = epoch + 1
         state.model = model.state_dict()
+        if embeddings is not None:  # each rank's own shard, written before the gather lets rank 0 write the state
+            state.embeddings_tag = checkpoint.shards_tag(state)
+            with watchdog.phase("writing"):
+                embeddings.checkpoint(output, state.embeddings_tag, ctx.rank)
         state.ranks = gather_to_rank_zero({"optimizer": optimizer.state_dict()} | random_state(_loaders(task)))
         if live is not None:
             with watchdog.phase("writing"):
                 checkpoint.save(state, output)
+                if embeddings is not None:
+                    checkpoint.drop_other_shards(output, keep={state.embeddings_tag})
                 live.update(state.history, state.wall_times)
             train_part = f", train {metric} {result.train[metric]:.4f}" if metric in result.train else ""
             remote = "edges read from other workers" if config.training.mode == "full_graph" else "sampled nodes remote"
@@ -304,20 +334,26 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
         task, model, ddp, stop = _sampled_setup(ctx, part, config, edge_dir, placement)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
     output = storage.parse_uri(job.output)
-    state = _resumed_state(ctx, config, output, partitions.manifest.generation, model, optimizer)
+    task_embeddings = getattr(task, "embeddings", None)
+    embeddings = TrainedEmbeddings(task_embeddings) if task_embeddings is not None else None
+    state = _resumed_state(ctx, config, output, partitions.manifest.generation, model, optimizer, embeddings)
     live = curves.LiveCurves(output.join(job.generation), state.curves_name, state.started) if ctx.rank == 0 else None
-    preempted = _train_epochs(ctx, config, schema.task_type, task, model, ddp, optimizer, state, output, live)
+    preempted = _train_epochs(ctx, config, schema.task_type, task, model, ddp, optimizer, state, output, live, embeddings)
     if preempted is not None:
         # The checkpoint exists on every rank's word: no orderly shutdown of loaders and RPC (a
         # Spot VM's 30 s are short); the launcher ends the sampling processes and frees their memory.
         return preempted
     model.load_state_dict(state.best_model or model.state_dict())
+    if embeddings is not None:
+        embeddings.restore_best()
     final: dict[str, float] = {"best_epoch": state.best_epoch, "epochs_run": state.next_epoch}
     final |= {f"val_{k}": v for k, v in task.evaluate(model, "val").items()}
     final |= {f"test_{k}": v for k, v in task.evaluate(model, "test").items()}
     task.shutdown()
     stop()
     watchdog.mark("publishing")
+    shard_entries = embeddings.stage(output, job.generation, STEP) if embeddings is not None else {}
+    shard_entries_by_rank = gather_to_rank_zero(shard_entries)  # also: every shard is written before rank 0 returns
     if live is not None:
         staging = storage.OutputStaging(output, STEP, generation=job.generation)
         buffer = io.BytesIO()
@@ -338,6 +374,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
         staging.write_json(METRICS_FILE, final)
         staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
         result_entries = dict(staging.entries)
+        for entries in shard_entries_by_rank:
+            result_entries |= entries
     dist.barrier()
     return {"metrics": final, "entries": result_entries} if ctx.rank == 0 else None
 
