@@ -70,9 +70,7 @@ def run_step(command: list[str], log_file: pathlib.Path | None = None) -> dict:
     while process.poll() is None:
         try:
             total = parent.memory_info().rss
-            for worker in parent.children():
-                if "resource_tracker" in " ".join(worker.cmdline()):
-                    continue
+            for worker in _workers(parent):
                 own = worker.memory_info().rss
                 below = sum(c.memory_info().rss for c in worker.children(recursive=True))
                 alone[worker.pid] = max(alone.get(worker.pid, 0), own)
@@ -90,6 +88,19 @@ def run_step(command: list[str], log_file: pathlib.Path | None = None) -> dict:
     gib = 2**30
     return {"seconds": time.perf_counter() - start, "worker_gib": max(alone.values(), default=0) / gib,
             "worker_tree_gib": max(with_children.values(), default=0) / gib, "tree_gib": tree / gib}
+
+
+def _workers(step: psutil.Process) -> list[psutil.Process]:
+    """The step's worker processes: its children, or where the launcher forks them from a fork
+    server, that server's children (the server itself, and multiprocessing's resource tracker,
+    are no workers)."""
+    workers = []
+    for child in step.children():
+        command = " ".join(child.cmdline())
+        if "resource_tracker" in command:
+            continue
+        workers.extend(child.children() if "multiprocessing.forkserver" in command else [child])
+    return workers
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ import os
 import pathlib
 import platform
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -82,6 +83,12 @@ def write_graph(folder: pathlib.Path, users: int, items: int, seed: int = 0) -> 
     }
 
 
+def _graph_of(work: pathlib.Path) -> dict:
+    """The graph and task sections of an earlier run's config in ``work``."""
+    raw = yaml.safe_load((work / "config.yaml").read_text())
+    return {"graph": raw["graph"], "task": raw["task"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--users", type=int, default=1_000_000)
@@ -100,7 +107,7 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory(prefix="gnnflow-shards-") as scratch:
         work = pathlib.Path(args.out or scratch)
-        raw = write_graph(work / "tables", args.users, args.items)
+        raw = write_graph(work / "tables", args.users, args.items) if not (work / "tfr").exists() else _graph_of(work)
         raw |= {
             "model": {"hidden_channels": HIDDEN},
             "training": {"epochs": 1, "batch_size": 1024, "eval_batch_size": 4096, "fan_outs": [10, 5], "stop_at_chance_epochs": None},
@@ -108,21 +115,24 @@ def main() -> None:
         }
         config = work / "config.yaml"
         config.write_text(yaml.safe_dump(raw))
-        run_step(["components.preprocess", "--config", str(config), "--output", str(work / "pre")])
-        run_step(["components.serialize", "--config", str(config), "--input", str(work / "pre"), "--output", str(work / "tfr")])
+        if not (work / "tfr").exists():  # a work folder of an earlier run (--out) keeps its tables and steps
+            run_step(["components.preprocess", "--config", str(config), "--output", str(work / "pre")])
+            run_step(["components.serialize", "--config", str(config), "--input", str(work / "pre"), "--output", str(work / "tfr")])
         for workers in args.workers:
             parts = work / f"parts-{workers}"
-            run_step(["components.partition", "--config", str(config), "--input", str(work / "tfr"), "--output", str(parts),
-                      "--world-size", str(workers)])
+            if not parts.exists():
+                run_step(["components.partition", "--config", str(config), "--input", str(work / "tfr"), "--output", str(parts),
+                          "--world-size", str(workers)])
             for mode in ("replicated", "sharded"):
                 raw["model"]["learnt_embeddings"] = mode
                 config.write_text(yaml.safe_dump(raw))
                 model = work / f"model-{mode}-{workers}"
                 log = work / f"train-{mode}-{workers}.log"
+                shutil.rmtree(model, ignore_errors=True)  # a model of an earlier run would be resumed, not trained
                 measured = run_step(["components.train", "--config", str(config), "--input", str(parts), "--output", str(model),
                                      "--world-size", str(workers)], log)
                 line = json.loads(next(model.glob("gen-*/metrics.jsonl")).read_text().splitlines()[-1])
-                steps = line["batches"] if "batches" in line else int(re.findall(r"\((\d+) batches", log.read_text())[-1])
+                steps = round(line["batches_per_s"] * line["seconds"])
                 per_worker_steps = steps / workers
                 if mode == "sharded":
                     memory = line["embedding_mib_per_worker"]

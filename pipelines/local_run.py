@@ -137,6 +137,7 @@ def plan(config: GnnflowConfig, outputs: RunOutputs, infer_mode: str = "sampled"
                 c.resources.world_size,
                 c.resources.processes_per_replica,
                 c.resources.worker_timeouts,
+                c.resources.threads,
             ),
         ),
         _PlannedStep(

@@ -114,6 +114,27 @@ class CustomJobSpec(_Section):
         return self
 
 
+class ThreadsSpec(_Section):
+    """Overrides of the thread policy (components/runtime/threads.py); null: derived from the cores."""
+
+    cores: int | None = Field(
+        None, gt=0, description="Cores a replica's workers share; null: those the process may run on (CPU affinity, cgroup quota)."
+    )
+    compute: int | None = Field(
+        None,
+        gt=0,
+        description="torch intra-op threads per worker; null: its share of the cores (cores / local workers), less one core "
+        "for GLT's RPC thread with collocated sampling, less the sampling subprocesses with multiprocess sampling.",
+    )
+    faiss: int | None = Field(None, gt=0, description="faiss threads per infer worker (retrieval); null: its share of the cores.")
+    readers: int | None = Field(
+        None, gt=0, description="pyarrow's threads for reading and decoding tables, per worker; null: its share of the cores."
+    )
+
+
+DERIVED_THREADS = ThreadsSpec()  # every count derived from the cores
+
+
 class ResourcesSpec(_Section):
     """Workers, where multi-worker steps run, and what each pipeline task requests."""
 
@@ -150,6 +171,9 @@ class ResourcesSpec(_Section):
         gt=0,
         description="GLT's RPC timeout (init_rpc and the sampling workers' options): how long a request to a peer "
         "(features, neighbours) may take before it fails.",
+    )
+    threads: ThreadsSpec = Field(
+        default_factory=ThreadsSpec, description="How a replica's cores are split between threads (derived; override here)."
     )
     requests: TaskRequests = Field(default_factory=TaskRequests, description="Requests of every pipeline task (compile time).")
     step_requests: dict[StepName, TaskRequests] = Field(

@@ -194,7 +194,11 @@ class TrainingSpec(_Section):
     embedding_learning_rate: float | None = Field(
         None, gt=0, description="model.learnt_embeddings sharded: learning rate of the embedding rows (null: training.learning_rate)."
     )
-    seed: int = Field(0, description="Seed of model initialisation and sampling: same config and world size, same result.")
+    seed: int = Field(
+        0,
+        description="Seed of model initialisation and sampling: same config and world size, same result (except with "
+        "sharded learnt embeddings, whose peers' updates land asynchronously).",
+    )
     early_stopping_patience: int | None = Field(
         10, gt=0, description="Stop after this many epochs without a better validation metric; null: never."
     )
@@ -218,7 +222,9 @@ class TrainingSpec(_Section):
     sampling: Literal["collocated", "multiprocess"] = Field(
         "collocated", description="Sample in the trainer process, or in separate GLT sampling subprocesses."
     )
-    sampling_workers: int = Field(1, gt=0, description="multiprocess: sampling subprocesses per trainer.")
+    sampling_workers: int | None = Field(
+        None, gt=0, description="multiprocess: sampling subprocesses per trainer; null: a third of its share of the cores, at least one."
+    )
     negative_ratio: float = Field(
         1.0,
         gt=0,

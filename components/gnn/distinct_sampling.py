@@ -40,6 +40,8 @@ import torch
 # instead of by sorting a random key per neighbour (cost O(degree) per row).
 SORT_MAX_DEGREE_FACTOR = 4
 _KEY_SPACE = 1 << 62
+_KEY_BITS = 40  # random bits per neighbour in the sorted draw
+_MAX_SORTED_ROWS = 1 << (63 - _KEY_BITS)  # rows sorted at once: their index sits above the random bits
 _PARTITION_STRIDE = 0x9E3779B97F4A7C15  # odd: partitions of one call get unrelated keys
 
 _replace = False  # read when a sampler is built (see ``replacement``)
@@ -99,15 +101,17 @@ def _ranks(sizes: torch.Tensor) -> torch.Tensor:
 
 def _sorted_draw(degrees: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
     """(rows, k) distinct offsets in ``[0, degree)`` per row: the k smallest of one random key
-    per neighbour, i.e. the first k of a uniform random permutation."""
+    per neighbour, i.e. the first k of a uniform random permutation. One sort orders the rows
+    and, within each, the keys: a row's index in the high bits, 40 random bits below it."""
     rows = degrees.numel()
+    if rows > _MAX_SORTED_ROWS:  # the row index must fit above the random bits
+        parts = degrees.split(_MAX_SORTED_ROWS)
+        return torch.cat([_sorted_draw(part, k, generator) for part in parts])
     owner = torch.repeat_interleave(torch.arange(rows), degrees)
     offset = _ranks(degrees)
-    keys = torch.rand(offset.numel(), generator=generator, dtype=torch.float64)
-    order = torch.argsort(keys, stable=True)
-    order = order[torch.argsort(owner[order], stable=True)]  # rows in order, random order within each
-    keep = _ranks(degrees) < k
-    return offset[order][keep].view(rows, k)
+    keys = (owner << _KEY_BITS) | torch.randint(1 << _KEY_BITS, (offset.numel(),), generator=generator)
+    order = torch.sort(keys, stable=True).indices  # rows in order, random order within each
+    return offset[order][offset < k].view(rows, k)  # the first k of each row (a row's i-th slot has rank i)
 
 
 def _rejection_draw(degrees: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
@@ -146,10 +150,13 @@ def draw_distinct(indptr: torch.Tensor, seeds: torch.Tensor, k: int, generator: 
     start = torch.where(inside, indptr[row], 0)
     degree = torch.where(inside, indptr[row + 1] - start, 0)
     counts = degree if k < 0 else degree.clamp(max=k)
-    owners, offsets = [], []
-    whole = (counts == degree).nonzero().view(-1)  # every neighbour
-    owners.append(torch.repeat_interleave(whole, degree[whole]))
-    offsets.append(_ranks(degree[whole]))
+    # Each seed's neighbours go straight to its slots of the result, in seed order: no sort.
+    first = torch.cumsum(counts, 0) - counts
+    positions = torch.empty(int(counts.sum()), dtype=torch.int64)
+    whole = (counts == degree).nonzero().view(-1)  # every neighbour, in CSR order
+    rows = torch.repeat_interleave(whole, degree[whole])
+    rank = _ranks(degree[whole])
+    positions[first[rows] + rank] = start[rows] + rank
     if k > 0:
         for pick, draw in (
             ((degree > k) & (degree <= SORT_MAX_DEGREE_FACTOR * k), _sorted_draw),
@@ -157,12 +164,9 @@ def draw_distinct(indptr: torch.Tensor, seeds: torch.Tensor, k: int, generator: 
         ):
             rows = pick.nonzero().view(-1)
             if rows.numel():
-                owners.append(torch.repeat_interleave(rows, k))
-                offsets.append(draw(degree[rows], k, generator).view(-1))
-    owner, offset = torch.cat(owners), torch.cat(offsets)
-    order = torch.argsort(owner, stable=True)  # grouped by seed, each row's own order kept
-    owner, offset = owner[order], offset[order]
-    return counts, start[owner] + offset
+                slots = first[rows].unsqueeze(1) + torch.arange(k)
+                positions[slots.view(-1)] = (start[rows].unsqueeze(1) + draw(degree[rows], k, generator)).view(-1)
+    return counts, positions
 
 
 def partition_key(key: int, partition: int) -> int:

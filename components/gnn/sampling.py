@@ -40,19 +40,26 @@ class SamplingSetup:
     fan_outs: list[int] | dict[EdgeType, list[int]]  # per hop; per stored edge type on heterogeneous graphs
     with_edge: bool = False  # batches carry edge ids and edge features
     placement: Placement = CPU_PLACEMENT  # where sampling runs and batches arrive
+    sampling_workers: int = 1  # multiprocess: GLT sampling subprocesses per loader
 
     @staticmethod
     def of(
-        ctx: WorkerContext, config: GnnflowConfig, schema: GraphSchema, edge_dir: str, placement: Placement = CPU_PLACEMENT
+        ctx: WorkerContext,
+        config: GnnflowConfig,
+        schema: GraphSchema,
+        edge_dir: str,
+        placement: Placement = CPU_PLACEMENT,
+        sampling_workers: int = 1,
     ) -> SamplingSetup:
-        """The setup for ``schema``'s graph: ``training.fan_outs`` resolved per stored edge type."""
+        """The setup for ``schema``'s graph: ``training.fan_outs`` resolved per stored edge type;
+        ``sampling_workers``: subprocesses per loader with multiprocess sampling (the thread plan's)."""
         if schema.is_heterogeneous:
             fan_outs: list[int] | dict[EdgeType, list[int]] = {
                 edge_type_tuple(name): config.fan_outs_of(forward_edge_name(name)) for name in stored_edge_types(schema)
             }
         else:
             fan_outs = config.fan_outs_of(next(iter(schema.message_edge_types)))
-        return SamplingSetup(ctx, config.training, edge_dir, fan_outs, uses_edge_features(schema, config), placement)
+        return SamplingSetup(ctx, config.training, edge_dir, fan_outs, uses_edge_features(schema, config), placement, sampling_workers)
 
     def worker_options(self):
         """GLT's options for one loader; collective in multiprocess mode (every rank calls it)."""
@@ -68,8 +75,8 @@ class SamplingSetup:
         # One batch in flight per subprocess and one RPC thread keep the random draws in a fixed
         # order (see RPC_THREADS); with one subprocess, batches then arrive in a fixed order too.
         options = glt.distributed.MpDistSamplingWorkerOptions(
-            num_workers=self.training.sampling_workers,
-            worker_devices=self.placement.sampling_devices(self.training.sampling_workers),
+            num_workers=self.sampling_workers,
+            worker_devices=self.placement.sampling_devices(self.sampling_workers),
             worker_concurrency=1,
             master_addr=self.ctx.master_addr,
             master_port=self._port_chosen_by_rank_zero(),
@@ -81,7 +88,7 @@ class SamplingSetup:
         # GLT sizes the channel at num_workers * worker_concurrency messages, but its
         # shared-memory queue never delivers with a capacity of 1 (producer and consumer both
         # wait); room for a few finished batches per subprocess also lets sampling run ahead.
-        options.channel_capacity = CHANNEL_BATCHES_PER_SUBPROCESS * self.training.sampling_workers
+        options.channel_capacity = CHANNEL_BATCHES_PER_SUBPROCESS * self.sampling_workers
         setattr(options, glt_compat.REPLACE_OPTION, self.training.replace)  # the subprocesses build the samplers
         return options
 

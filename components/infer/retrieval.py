@@ -59,8 +59,9 @@ class Candidates:
     exact_total: int
 
 
-def build_index(embeddings: torch.Tensor, exact: bool, spec: RetrievalSpec):
-    """A faiss inner-product index over (n, hidden) embeddings (row i = the i-th own node)."""
+def build_index(embeddings: torch.Tensor, exact: bool, spec: RetrievalSpec, search_threads: int = 1):
+    """A faiss inner-product index over (n, hidden) embeddings (row i = the i-th own node),
+    searched with ``search_threads`` (the thread plan's faiss count)."""
     import faiss
 
     dim = embeddings.shape[1]
@@ -71,9 +72,10 @@ def build_index(embeddings: torch.Tensor, exact: bool, spec: RetrievalSpec):
         index = faiss.IndexHNSWFlat(dim, spec.hnsw_neighbors, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = spec.ef_construction
         index.hnsw.efSearch = spec.ef_search
-    faiss.omp_set_num_threads(1)  # workers share the machine's cores; search order stays deterministic
+    faiss.omp_set_num_threads(1)  # HNSW inserts in parallel in a timing-dependent order: one thread builds the same graph every run
     if len(embeddings):
         index.add(np.ascontiguousarray(embeddings.numpy(), dtype=np.float32))
+    faiss.omp_set_num_threads(search_threads)  # queries are searched independently: the same results on any count
     return index
 
 
@@ -180,16 +182,17 @@ def write_retrieval(
     spec: RetrievalSpec,
     same_type: bool,
     world_size: int,
+    threads: int = 1,
 ) -> dict:
-    """Builds this worker's index, searches, writes its candidate shard and index shard;
-    returns the summed retrieval figures (collective)."""
+    """Builds this worker's index, searches (with ``threads``), writes its candidate shard and
+    index shard; returns the summed retrieval figures (collective)."""
     import faiss
 
     start = time.perf_counter()
     total_destinations = sum(destination_counts)
     k = min(spec.k, total_destinations - int(same_type))
     exact = total_destinations < spec.exact_below
-    index = build_index(destinations.embeddings, exact, spec)
+    index = build_index(destinations.embeddings, exact, spec, threads)
     candidates = search_everywhere(index, sources, destinations, k, same_type, spec, world_size)
     ends = range_ends(destination_counts)
     offset = int(ends[rank - 1]) if rank else 0

@@ -44,7 +44,8 @@ from components.infer.shards import embedding_matrix
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_metadata, read_original_ids, read_partition
 from components.runtime import watchdog
-from components.runtime.launcher import WorkerContext, launch_staged, use_worker_threads
+from components.runtime.launcher import WorkerContext, launch_staged
+from components.runtime.threads import ThreadPlan, Work, use_worker_threads
 from components.train.output import STEP as TRAIN_STEP
 
 log = logging.getLogger("gnnflow.infer")
@@ -75,7 +76,7 @@ def message_edges(part: StoredPartition, world_size: int) -> dict[str, torch.Ten
 
 
 def _sampled(
-    ctx: WorkerContext, job: InferJob, part: StoredPartition, model: RestoredModel, placement: Placement
+    ctx: WorkerContext, job: InferJob, part: StoredPartition, model: RestoredModel, placement: Placement, threads: ThreadPlan
 ) -> dict[str, NodeOutputs]:
     import graphlearn_torch as glt
 
@@ -87,7 +88,7 @@ def _sampled(
     dataset = to_dist_dataset(part, edge_filter=message_edges(part, ctx.world_size), placement=placement)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-infer")
     ctx.init_rpc(num_rpc_threads=RPC_THREADS)
-    setup = SamplingSetup.of(ctx, job.config, part.metadata.schema, edge_dir, placement)
+    setup = SamplingSetup.of(ctx, job.config, part.metadata.schema, edge_dir, placement, threads.sampling_workers)
     outputs = sampled_outputs(setup, dataset, part, model, job.config.training.eval_batch_size)
     glt.distributed.barrier()  # peers may still sample from this partition
     glt.distributed.shutdown_rpc()
@@ -157,6 +158,7 @@ def _retrieval(
     originals: dict,
     ctx: WorkerContext,
     config: GnnflowConfig,
+    threads: ThreadPlan,
 ) -> dict:
     """Writes this worker's candidates and index shard, then scores them from the files (collective)."""
     schema = part.metadata.schema
@@ -177,6 +179,7 @@ def _retrieval(
         config.retrieval,
         edge.src_type == edge.dst_type,
         ctx.world_size,
+        threads.faiss,
     )
     return figures | retrieval_metrics(
         staging,
@@ -213,7 +216,9 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     placement = worker_placement(job.config.training, ctx)
     ctx.init_process_group(backend=placement.backend)
     # Inference samples a batch, then computes it: its share of the cores goes to the computation.
-    use_worker_threads(ctx, samples_in_process=False)
+    training = job.config.training
+    work: Work = "multiprocess" if job.mode == "sampled" and training.sampling == "multiprocess" else "compute"
+    threads = use_worker_threads(job.config.resources.threads, ctx.local_world_size, ctx.rank, work, training.sampling_workers)
     generation = [job.generation]  # on a cluster every replica's launcher named its own: rank 0's wins
     dist.broadcast_object_list(generation, src=0)
     staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
@@ -240,7 +245,7 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
             block_rows=job.config.training.full_graph_block_rows,
         )
     else:
-        outputs = _sampled(ctx, job, part, model, placement)
+        outputs = _sampled(ctx, job, part, model, placement, threads)
     model.module.cpu()  # the outputs are on the host; the link metrics below score host embeddings
     if schema.task_type == "link_prediction":  # written in the decoder's space: their inner product is the dot score
         with torch.no_grad():
@@ -250,7 +255,7 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     watchdog.mark("writing")
     originals = {t: read_original_ids(partitions, ctx.rank, t) for t in schema.node_types}  # this partition's only
     _write_shards(staging, part, outputs, originals, ctx.rank)
-    retrieval = _retrieval(staging, part, outputs, originals, ctx, job.config) if job.config.retrieval_on else {}
+    retrieval = _retrieval(staging, part, outputs, originals, ctx, job.config, threads) if job.config.retrieval_on else {}
     # After this every shard is written: rank 0 may read any of them.
     gathered: list = [None] * ctx.world_size
     dist.all_gather_object(gathered, (staging.entries, {t: len(o.node_ids) for t, o in outputs.items()}, seconds))

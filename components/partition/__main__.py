@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from components import storage
 from components.config import PartitionSpec
 from components.config.arguments import add_config_arguments, config_from_arguments
-from components.config.resources import WorkerTimeouts
+from components.config.resources import ThreadsSpec, WorkerTimeouts
 from components.partition.step import partition
 from components.runtime.entrypoint import run_cli
 
@@ -43,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> storage.PublishedOutput | None:
         args.world_size or (config.resources.world_size if config else 1),
         args.processes_per_replica or (config.resources.processes_per_replica if config else 1),
         config.resources.worker_timeouts if config else WorkerTimeouts(),
+        config.resources.threads if config else ThreadsSpec(),
     )
 
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from components import storage
 from components.config import PartitionSpec
-from components.config.resources import DEFAULT_TIMEOUTS, WorkerTimeouts
+from components.config.resources import DEFAULT_TIMEOUTS, DERIVED_THREADS, ThreadsSpec, WorkerTimeouts
 from components.partition.loading import load_graph
 from components.partition.original_ids import write_original_ids
 from components.partition.output import STEP
@@ -25,6 +25,7 @@ from components.partition.partitioner import label_edge_types, partition_graph
 from components.partition.store import METADATA_FILE, PartitionMetadata, part_folder, write_partition
 from components.runtime import watchdog
 from components.runtime.launcher import WorkerContext, launch_staged
+from components.runtime.threads import use_worker_threads
 from components.schema import stored_edge_types
 from components.serialize.output import STEP as SERIALIZE_STEP
 from components.serialize.output import read_graph_metadata
@@ -40,11 +41,13 @@ class PartitionJob:
     output: str
     generation: str
     options: PartitionSpec
+    threads: ThreadsSpec = DERIVED_THREADS
 
 
 def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage.FileEntry] | None:
     """One worker; returns every written file's entry on rank 0, None elsewhere."""
     ctx.init_process_group()
+    use_worker_threads(job.threads, ctx.local_world_size, ctx.rank, "compute")
     # On a cluster every replica's launcher named its own generation: rank 0's wins.
     generation = [job.generation]
     dist.broadcast_object_list(generation, src=0)
@@ -105,12 +108,13 @@ def partition(
     world_size: int,
     processes_per_replica: int = 1,
     timeouts: WorkerTimeouts = DEFAULT_TIMEOUTS,
+    threads: ThreadsSpec = DERIVED_THREADS,
 ) -> storage.PublishedOutput | None:
     """Runs the step; returns the published output (None on cluster replicas other than the first)."""
     output = storage.parse_uri(output)
     storage.open_published(input_uri, step=SERIALIZE_STEP)  # fail here, before any worker starts
     staging = storage.OutputStaging(output, STEP)
-    job = PartitionJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, options)
+    job = PartitionJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, options, threads)
     log.info("partition: %s → %s with %d worker(s)", input_uri, output, world_size)
     start = time.perf_counter()
     entries = launch_staged(

@@ -10,6 +10,7 @@ from components.config import GnnflowConfig
 from components.errors import GnnflowError
 from components.preprocess.local_engine import preprocess_here
 from components.preprocess.output import STEP, load_fitted_state
+from components.runtime.threads import use_worker_threads
 
 __all__ = ["STEP", "check_fitted_state", "load_fitted_state", "preprocess"]
 
@@ -40,6 +41,7 @@ def preprocess(
         config.preprocess.engine,
     )
     check_fitted_state(config, fitted_state)
+    use_worker_threads(config.resources.threads, 1, 0, "compute")  # the local engine's readers; Beam's workers are Beam's
     if config.preprocess.engine == "beam":
         from components.preprocess.beam_engine import preprocess_with_beam
 

@@ -9,9 +9,11 @@ import logging
 
 from components import storage
 from components.config import GnnflowConfig, SerializeSpec
+from components.config.resources import ThreadsSpec
 from components.preprocess.output import STEP as PREPROCESS_STEP
 from components.preprocess.output import read_graph_schema
 from components.runtime.runlog import rate, timed
+from components.runtime.threads import use_worker_threads
 from components.schema import GraphSchema
 from components.serialize.output import METADATA_FILE, STEP, read_graph_metadata
 from components.serialize.shards import TypeShards, iter_part_batches, plan_shards, write_shards
@@ -32,6 +34,7 @@ def serialize(
     output = storage.parse_uri(output)
     engine = config.preprocess.engine if config else "local"
     log.info("serialize: %s → %s (engine %s)", preprocessed.root, output, engine)
+    use_worker_threads(config.resources.threads if config else ThreadsSpec(), 1, 0, "compute")
     plans = plan_shards(schema, options)
     with timed() as elapsed, storage.staged_output(output, STEP) as staging:
         if engine == "beam":

@@ -7,6 +7,9 @@ Output (published atomically)::
     metrics.jsonl       one line per epoch: loss, train/val metrics, seconds, batches/s
     tensorboard/        the same curves as a TensorBoard event file (see components/train/curves.py)
     metrics.json        best epoch, validation and test metrics of the best model
+    learnt_embeddings/<type>/shard-<rank>.pt
+                        sharded learnt embeddings of featureless types at the best epoch:
+                        {"start": first id, "rows": (n, hidden)} of each partition's nodes
     config.resolved.yaml
 
 Beside the published generations, ``_checkpoints/`` holds what a rerun resumes from.

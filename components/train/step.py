@@ -42,7 +42,8 @@ from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_partition
 from components.runtime import watchdog
 from components.runtime.collectives import gather_to_rank_zero
-from components.runtime.launcher import WorkerContext, launch_staged, publishes_here, use_worker_threads
+from components.runtime.launcher import WorkerContext, launch_staged, publishes_here
+from components.runtime.threads import ThreadPlan, Work, use_worker_threads
 from components.train import attempts, checkpoint, curves, health
 from components.train.embeddings import TrainedEmbeddings
 from components.train.full_graph import full_graph_setup
@@ -69,7 +70,9 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _sampled_setup(ctx: WorkerContext, part: StoredPartition, config: GnnflowConfig, edge_dir: str, placement: Placement):
+def _sampled_setup(
+    ctx: WorkerContext, part: StoredPartition, config: GnnflowConfig, edge_dir: str, placement: Placement, threads: ThreadPlan
+):
     """(task, model, the DDP module an epoch trains, what to call once training is over) for
     sampled mini-batches: the partition as a GLT dataset, RPC to the peers, the loaders."""
     import graphlearn_torch as glt
@@ -84,7 +87,7 @@ def _sampled_setup(ctx: WorkerContext, part: StoredPartition, config: GnnflowCon
     ctx.init_rpc(num_rpc_threads=RPC_THREADS)
     if shards is not None:
         shards.register()
-    setup = SamplingSetup.of(ctx, config, schema, edge_dir, placement)
+    setup = SamplingSetup.of(ctx, config, schema, edge_dir, placement, threads.sampling_workers)
     task = LinkTask(setup, dataset, part, config, shards) if link else NodeTask(setup, dataset, part, node_splits(part), config, shards)
     part.edges.clear()  # GLT holds its own adjacency now: keep one copy of the partition's topology, not two
     _seed_everything(config.training.seed)
@@ -320,7 +323,11 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
     interruption.stop_on_sigterm()  # from here on, SIGTERM stops training at a batch boundary, with a checkpoint
     placement = worker_placement(config.training, ctx)
     ctx.init_process_group(backend=placement.backend)
-    use_worker_threads(ctx, samples_in_process=config.training.mode == "sampled")
+    training = config.training
+    # A lone trainer samples its own batches between steps and serves no peer: its whole share computes.
+    alone = training.sampling == "collocated" and ctx.world_size == 1
+    work: Work = "compute" if training.mode == "full_graph" or alone else training.sampling
+    threads = use_worker_threads(config.resources.threads, ctx.local_world_size, ctx.rank, work, training.sampling_workers)
     watchdog.mark("loading")
     partitions = storage.open_published(job.input, step=PARTITION_STEP)
     part = read_partition(partitions, ctx.rank)
@@ -331,7 +338,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
     if config.training.mode == "full_graph":
         task, model, ddp, stop = full_graph_setup(ctx, part, config, edge_dir, _seed_everything)
     else:
-        task, model, ddp, stop = _sampled_setup(ctx, part, config, edge_dir, placement)
+        task, model, ddp, stop = _sampled_setup(ctx, part, config, edge_dir, placement, threads)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
     output = storage.parse_uri(job.output)
     task_embeddings = getattr(task, "embeddings", None)

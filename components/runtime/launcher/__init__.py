@@ -7,7 +7,7 @@ gets a `WorkerFailed` naming rank and cause.
 """
 
 from components.runtime.launcher.cluster import ClusterSpec, cluster_from_environment, publishes_here
-from components.runtime.launcher.context import VERBOSE_ENV, WorkerContext, WorkerFailed, use_worker_threads, verbose
+from components.runtime.launcher.context import VERBOSE_ENV, WorkerContext, WorkerFailed, verbose
 from components.runtime.launcher.launch import launch, launch_staged
 from components.runtime.launcher.supervisor import WORKER_MALLOC_ARENAS
 
@@ -21,6 +21,5 @@ __all__ = [
     "launch",
     "launch_staged",
     "publishes_here",
-    "use_worker_threads",
     "verbose",
 ]

@@ -64,18 +64,6 @@ class WorkerContext:
             )
 
 
-def use_worker_threads(ctx: WorkerContext, samples_in_process: bool) -> int:
-    """The one thread rule of every worker: its share of the machine's cores
-    (cores / local workers), or one thread where GLT samples beside the computation (its
-    sampling and RPC threads take the rest; oversubscribing costs more than it gains). Sets
-    torch's intra-op threads; returns the count, for libraries with their own pools (faiss)."""
-    import torch
-
-    threads = 1 if samples_in_process else max(1, (os.cpu_count() or 1) // ctx.local_world_size)
-    torch.set_num_threads(threads)
-    return threads
-
-
 def verbose() -> bool:
     """Whether a worker's expected errors (GnnflowError) are logged with their traceback too."""
     return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
