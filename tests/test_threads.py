@@ -35,7 +35,9 @@ def test_given_counts_win():
     assert "16 core(s) for 2 local worker(s): 3 compute thread(s), 5 sampling subprocess(es)" in plan.describe()
 
 
-@pytest.mark.parametrize(("cpu_max", "cap"), [("200000 100000\n", 2), ("150000 100000\n", 2), ("50000 100000\n", 1), ("max 100000\n", None)])
+@pytest.mark.parametrize(
+    ("cpu_max", "cap"), [("200000 100000\n", 2), ("150000 100000\n", 2), ("50000 100000\n", 1), ("max 100000\n", None)]
+)
 def test_a_cgroup_quota_caps_the_cores(tmp_path, cpu_max, cap):
     path = tmp_path / "cpu.max"
     path.write_text(cpu_max)
