@@ -18,6 +18,8 @@ def test_a_16_vcpu_replica_gives_each_trainer_its_share():
     # Multiprocess sampling: a third of the share samples (one thread a subprocess), the rest computes.
     plan = plan_threads(16, 2, "multiprocess")
     assert (plan.compute, plan.sampling_workers) == (6, 2)
+    # Small shares keep no core for the RPC thread: eight trainers on 16 vCPUs compute with 2 threads each.
+    assert plan_threads(16, 8, "collocated").compute == 2
     # Inference and full-graph training: the whole share computes.
     assert plan_threads(16, 4, "compute").compute == 4
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from components.config import GnnflowConfig
-from components.gnn.sparse_optimizers import SparseRowOptimizer, sparse_optimizer
+from components.gnn.sparse_optimizers import DEFAULT_LEARNING_RATE, SparseRowOptimizer, sparse_optimizer
 from components.partition.output import StoredPartition, range_ends
 
 # Published and checkpointed shards: one file per node type and partition.
@@ -89,7 +89,7 @@ class EmbeddingShards:
             generator = torch.Generator().manual_seed(config.training.seed * 7919 + index * 104729 + part.index)
             tables[node_type] = torch.randn(len(part.nodes[node_type]["node_id"]), hidden, generator=generator)
         training = config.training
-        lr = training.embedding_learning_rate or training.learning_rate
+        lr = training.embedding_learning_rate or DEFAULT_LEARNING_RATE.get(training.embedding_optimizer, training.learning_rate)
         return cls(tables, ends, part.index, world_size, lambda table: sparse_optimizer(training.embedding_optimizer, table, lr))
 
     def install(self, part: StoredPartition) -> None:

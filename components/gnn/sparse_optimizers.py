@@ -77,6 +77,10 @@ class SparseAdam(SparseRowOptimizer):
 
 
 OPTIMIZERS = {"row_adagrad": RowAdagrad, "sparse_adam": SparseAdam}
+# Without training.embedding_learning_rate: row_adagrad's step shrinks as its accumulator grows,
+# and 0.1 learnt best on validation (benchmarks/link_defaults.py --embeddings; 0.01 trailed by
+# 0.019); sparse_adam takes training.learning_rate, as the dense Adam does.
+DEFAULT_LEARNING_RATE = {"row_adagrad": 0.1}
 
 
 def sparse_optimizer(name: str, table: torch.Tensor, lr: float) -> SparseRowOptimizer:

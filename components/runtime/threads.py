@@ -6,8 +6,8 @@ The cores are those this process may run on: its CPU affinity, capped by a cgrou
 Each of the replica's local workers gets an equal share. Within a share:
 
 - **collocated sampling** (the trainer samples its own batches, and serves its peers' requests
-  on GLT's RPC thread): the computation takes the share less the core that RPC thread needs
-  (a lone trainer has no peers: the whole share);
+  on GLT's RPC thread): the computation takes the share less the core that RPC thread needs,
+  from shares of 4 cores up (a smaller share, and a lone trainer without peers: all of it);
 - **multiprocess sampling**: GLT's sampling subprocesses (one thread each) take a third of the
   share (at least one), the computation the rest;
 - **no sampling beside the computation** (full-graph training, inference, faiss searches, the
@@ -33,6 +33,10 @@ if TYPE_CHECKING:  # the policy itself needs no config (benchmarks/thread_policy
 log = logging.getLogger("gnnflow.runtime")
 
 Work = Literal["collocated", "multiprocess", "compute"]
+# Shares of at least this many cores keep one for GLT's RPC thread (collocated sampling with
+# peers): on 16 vCPUs 15 threads computed 0.94x as fast as 16, but 1 thread 0.62x as fast as 2
+# (benchmarks/thread_policy.py, RESULTS); the mostly idle RPC thread shares a small one.
+RPC_CORE_FROM_SHARE = 4
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 
@@ -84,7 +88,7 @@ def plan_threads(
         derived_compute = max(1, share - samplers)
     else:
         samplers = 0
-        derived_compute = max(1, share - 1) if work == "collocated" else share
+        derived_compute = share - 1 if work == "collocated" and share >= RPC_CORE_FROM_SHARE else share
     return ThreadPlan(
         cores=cores,
         local_workers=local_workers,
