@@ -59,6 +59,7 @@ from benchmarks.train_profile import print_profile, profile_worker  # noqa: E402
 VARIANTS = {
     "multiprocess": ("`sampling: multiprocess`, `sampling_workers: 1`", {"sampling": "multiprocess", "sampling_workers": 1}),
     "multiprocess-2": ("`sampling: multiprocess`, `sampling_workers: 2`", {"sampling": "multiprocess", "sampling_workers": 2}),
+    "replace": ("`replace: true` (GLT 0.2.4's own draw, with replacement)", {"replace": True}),
 }
 
 
