@@ -283,4 +283,4 @@ def test_citeseer_exact_inference_equals_full_batch_pyg(two_worker_runs, citesee
 
 @needs_citeseer
 def test_citeseer_killed_full_graph_worker_fails_fast_and_the_rerun_resumes(citeseer_parts, tmp_path):
-    kill_a_worker_then_resume(CITESEER_FULL_GRAPH, str(citeseer_parts[2]), tmp_path, epochs=40, exit_within_s=60)  # issue 12: within 60 s
+    kill_a_worker_then_resume(CITESEER_FULL_GRAPH, str(citeseer_parts[2]), tmp_path, epochs=15, exit_within_s=60)  # issue 12: within 60 s

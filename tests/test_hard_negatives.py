@@ -89,7 +89,7 @@ def side_rule_config(tables: dict[str, pathlib.Path], negatives: list[str], seed
             "resources": {"world_size": 2},
             "model": {"hidden_channels": 32, "dropout": 0.0, "decoder": "mlp"},
             "training": {
-                "epochs": 12,
+                "epochs": 8,
                 "batch_size": 128,
                 "learning_rate": 0.01,
                 "weight_decay": 0.0,
