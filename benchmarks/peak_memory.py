@@ -12,9 +12,22 @@ def is_tracker(process: psutil.Process) -> bool:
     return "resource_tracker" in " ".join(process.cmdline())
 
 
+def worker_processes(launcher: psutil.Process) -> list[psutil.Process]:
+    """The worker processes ``launcher`` started: its children, or where it forks them from a fork
+    server (components/runtime/launcher/processes.py), that server's children; the server itself
+    and multiprocessing's resource tracker are no workers."""
+    workers = []
+    for child in launcher.children():
+        if is_tracker(child):
+            continue
+        workers.extend(child.children() if "multiprocessing.forkserver" in " ".join(child.cmdline()) else [child])
+    return workers
+
+
 class PeakMemory:
-    """Samples, every ``interval_s``, the RSS of each direct child of this process (a worker)
-    alone and summed with its descendants (loader children, GLT sampling subprocesses)."""
+    """Samples, every ``interval_s``, the RSS of each worker process this process started (see
+    ``worker_processes``) alone and summed with its descendants (loader children, GLT sampling
+    subprocesses)."""
 
     def __init__(self, interval_s: float = 0.5) -> None:
         self.interval_s = interval_s
@@ -26,10 +39,8 @@ class PeakMemory:
     def run(self) -> None:
         me = psutil.Process()
         while not self.stop.wait(self.interval_s):
-            for child in me.children():
+            for child in worker_processes(me):
                 try:
-                    if is_tracker(child):
-                        continue
                     own = child.memory_info().rss
                     total = own + sum(p.memory_info().rss for p in child.children(recursive=True) if not is_tracker(p))
                     key = (child.create_time(), child.pid)

@@ -38,6 +38,7 @@ import yaml
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.data_engines import write_tables  # noqa: E402
+from benchmarks.peak_memory import worker_processes  # noqa: E402
 from components.tables.proposal import propose_config  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -70,7 +71,7 @@ def run_step(command: list[str], log_file: pathlib.Path | None = None) -> dict:
     while process.poll() is None:
         try:
             total = parent.memory_info().rss
-            for worker in _workers(parent):
+            for worker in worker_processes(parent):
                 own = worker.memory_info().rss
                 below = sum(c.memory_info().rss for c in worker.children(recursive=True))
                 alone[worker.pid] = max(alone.get(worker.pid, 0), own)
@@ -88,19 +89,6 @@ def run_step(command: list[str], log_file: pathlib.Path | None = None) -> dict:
     gib = 2**30
     return {"seconds": time.perf_counter() - start, "worker_gib": max(alone.values(), default=0) / gib,
             "worker_tree_gib": max(with_children.values(), default=0) / gib, "tree_gib": tree / gib}
-
-
-def _workers(step: psutil.Process) -> list[psutil.Process]:
-    """The step's worker processes: its children, or where the launcher forks them from a fork
-    server, that server's children (the server itself, and multiprocessing's resource tracker,
-    are no workers)."""
-    workers = []
-    for child in step.children():
-        command = " ".join(child.cmdline())
-        if "resource_tracker" in command:
-            continue
-        workers.extend(child.children() if "multiprocessing.forkserver" in command else [child])
-    return workers
 
 
 def main() -> None:

@@ -152,8 +152,9 @@ def main() -> None:
         by = {r["workers"]: r for r in results if r["mode"] == mode}
         if len(by) >= 2:
             low, high = min(by), max(by)
-            print(f"{mode}: {high} vs {low} workers: embedding memory per worker {by[high]['embedding_mib'] / by[low]['embedding_mib']:.0%}, "
-                  f"trainer peak RSS {by[high]['trainer_peak_gib'] / by[low]['trainer_peak_gib']:.0%}")
+            memory = by[high]["embedding_mib"] / by[low]["embedding_mib"]
+            peak = by[high]["trainer_peak_gib"] / by[low]["trainer_peak_gib"]
+            print(f"{mode}: {high} vs {low} workers: embedding memory per worker {memory:.0%}, trainer peak RSS {peak:.0%}")
     print(json.dumps(results))
 
 

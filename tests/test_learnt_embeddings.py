@@ -1,6 +1,6 @@
 """Sharded learnt embeddings (components/gnn/learnt_embeddings.py): the sparse optimizers, the
 owner's side of the exchange, and a two-worker run that trains, checkpoints, resumes, publishes
-one shard per worker and infers from them."""
+one shard per worker and infers from them (and refuses partitions the shards do not fit)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ import pytest
 import torch
 
 from components import storage
+from components.config import ModelSpec
 from components.errors import GnnflowError
 from components.gnn.learnt_embeddings import EmbeddingShards, shard_path
 from components.gnn.sparse_optimizers import RowAdagrad, SparseAdam, SparseRowOptimizer
+from components.infer.restore import install_learnt_rows
 from components.infer.step import infer
+from components.partition.output import read_partition
 from components.partition.step import partition
 from components.preprocess.step import preprocess
-from components.runtime.launcher import WorkerFailed
 from components.serialize.step import serialize
 from components.train import checkpoint
 from components.train.step import train
@@ -100,21 +102,21 @@ def purchases(tmp_path_factory):
 def test_two_workers_train_resume_publish_and_infer_from_their_own_shards(purchases):
     raw, root = purchases
     output = root.join("model")
-    first = train(with_updates(raw, training={"epochs": 2}), root.join("parts"), output)
+    first = train(with_updates(raw, training={"epochs": 1}), root.join("parts"), output)
     first_history = first.read_bytes("metrics.jsonl").decode().splitlines()
     # Each rank wrote its shard beside the checkpoint, under the tag the state names; earlier ones are gone.
-    state = checkpoint.load(output, checkpoint.fingerprint(with_updates(raw, training={"epochs": 3}), _generation(root), 2))
-    assert state is not None and state.embeddings_tag == "epoch-00002-batch-0000000"
+    state = checkpoint.load(output, checkpoint.fingerprint(with_updates(raw, training={"epochs": 2}), _generation(root), 2))
+    assert state is not None and state.embeddings_tag == "epoch-00001-batch-0000000"
     shard_files = storage.list_files(output.join(checkpoint.SHARDS_DIR))
     assert sorted(storage.relative_to(f, output.join(checkpoint.SHARDS_DIR)) for f in shard_files) == [
-        "epoch-00002-batch-0000000/rank-00000.pt",
-        "epoch-00002-batch-0000000/rank-00001.pt",
+        "epoch-00001-batch-0000000/rank-00000.pt",
+        "epoch-00001-batch-0000000/rank-00001.pt",
     ]
-    published = train(with_updates(raw, training={"epochs": 3}), root.join("parts"), output)  # resumes at epoch 3
+    published = train(with_updates(raw, training={"epochs": 2}), root.join("parts"), output)  # resumes at epoch 2
     lines = published.read_bytes("metrics.jsonl").decode().splitlines()
-    assert lines[:2] == first_history  # the resumed run kept the first two epochs (their timings too) and trained one more
+    assert lines[:1] == first_history  # the resumed run kept the first epoch (its timings too) and trained one more
     history = [json.loads(line) for line in lines]
-    assert [line["epoch"] for line in history] == [0, 1, 2]
+    assert [line["epoch"] for line in history] == [0, 1]
     metrics = published.read_json("metrics.json")
     assert metrics["val_roc_auc"] >= 0.75, metrics
 
@@ -139,11 +141,10 @@ def test_two_workers_train_resume_publish_and_infer_from_their_own_shards(purcha
     assert ids == sorted(f"u{u}" for u in range(600))
     assert inferred.read_json("metrics.json")["test_roc_auc"] >= 0.75
 
-    # Partitions of another worker count do not fit the shards: refused, naming the shard, nothing published.
-    with pytest.raises(WorkerFailed, match=r"learnt_embeddings/\w+/shard-00000\.pt holds \(\d+, 64\) rows from id 0, but partition 0 owns"):
-        infer(with_updates(raw, resources={"world_size": 1}), root.join("parts-1"), output, root.join("emb-1"))
-    with pytest.raises(GnnflowError, match="is not a published output"):
-        storage.open_published(root.join("emb-1"), step="infer")
+    # Partitions of another worker count do not fit the shards: an infer worker refuses them, naming the shard.
+    other = read_partition(storage.open_published(root.join("parts-1"), step="partition"), 0)
+    with pytest.raises(GnnflowError, match=r"learnt_embeddings/\w+/shard-00000\.pt holds \(\d+, 64\) rows from id 0, but partition 0 owns"):
+        install_learnt_rows(published, ModelSpec.model_validate(json.loads(published.read_bytes("model_spec.json"))["model"]), other)
 
 
 def _generation(root: storage.Uri) -> str:

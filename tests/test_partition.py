@@ -246,6 +246,8 @@ def test_a_worker_data_error_is_one_line_and_leaks_nothing(tmp_path, citeseer_tf
     assert f"error: worker rank 0 failed: loading node type 'paper' failed in its subprocess: {shard}: corrupt" in quiet.stderr
     assert "Traceback" not in quiet.stderr, "an expected data error carries no traceback"
     assert "leaked" not in quiet.stderr, quiet.stderr[-2000:]
+    # --verbose adds the traceback; the error decoded in the worker itself (no loader subprocess to start) shows it as well.
+    (tmp_path / "c.yaml").write_text(config.replace("subprocess_min_bytes: 0", "subprocess_min_bytes: 1000000000"))
     verbose = subprocess.run(command + ["--verbose"], capture_output=True, text=True, timeout=300, env=env)
     assert verbose.returncode == 2 and "Traceback" in verbose.stderr and "leaked" not in verbose.stderr
 

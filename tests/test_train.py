@@ -131,7 +131,7 @@ def test_link_prediction(tmp_path):
 
 @needs_citeseer
 def test_killed_worker_fails_fast_and_the_rerun_resumes(tmp_path, citeseer_partitions):
-    kill_a_worker_then_resume(NODE_CLASSIFICATION, str(citeseer_partitions[2]), tmp_path, epochs=10, exit_within_s=120)
+    kill_a_worker_then_resume(NODE_CLASSIFICATION, str(citeseer_partitions[2]), tmp_path, epochs=6, exit_within_s=120)
 
 
 def test_a_worker_without_validation_seeds_takes_part(tmp_path, one_sided_validation):
