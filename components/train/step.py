@@ -27,7 +27,7 @@ from components.config import GnnflowConfig
 from components.gnn import interruption
 from components.gnn.build import build_model
 from components.gnn.device import Placement, check_device, worker_placement
-from components.gnn.epoch import FROM_THE_START, EpochStart, random_state, restore_random_state
+from components.gnn.epoch import EpochStart, random_state
 from components.gnn.glt_dataset import node_splits, to_dist_dataset
 from components.gnn.interruption import BatchAgreement
 from components.gnn.learnt_embeddings import EmbeddingShards, learnt_types, uses_sharded_embeddings
@@ -48,6 +48,7 @@ from components.train import attempts, checkpoint, curves, health
 from components.train.embeddings import TrainedEmbeddings
 from components.train.full_graph import full_graph_setup
 from components.train.output import HISTORY_FILE, METRICS_FILE, MODEL_FILE, SPEC_FILE, STEP, VALIDATION_METRIC
+from components.train.resume import epoch_start, restore_task_random_state, resumed_state, task_loaders
 
 log = logging.getLogger("gnnflow.train")
 
@@ -104,59 +105,6 @@ def _sampled_setup(
     return task, model, ddp, stop
 
 
-def _resumed_state(
-    ctx: WorkerContext, config: GnnflowConfig, output: storage.Uri, generation: str, model, optimizer, embeddings: TrainedEmbeddings | None
-) -> checkpoint.TrainingState:
-    """The checkpoint's state, loaded into ``model``, ``optimizer`` and this rank's ``embeddings``, or a fresh one."""
-    fingerprint = checkpoint.fingerprint(config, generation, ctx.world_size)
-    state = checkpoint.load(output, fingerprint)
-    if state is not None and state.next_epoch > config.training.epochs:
-        state = None  # fewer epochs than the checkpoint has run: a shorter run, trained afresh
-    fresh = state is None
-    state = state or checkpoint.TrainingState(fingerprint)
-    if not state.curves_name:  # a fresh run, or a checkpoint from before the curves were written live
-        state.started = time.time()
-        state.curves_name = curves.file_name(state.started)
-    if fresh:
-        return state
-    own = checkpoint.for_rank(state, ctx.rank)
-    model.load_state_dict(own.get("model", state.model))
-    optimizer.load_state_dict(own.get("optimizer", state.optimizer))
-    if embeddings is not None:
-        tag = own.get("embeddings_tag") or state.embeddings_tag
-        embeddings.resume(checkpoint.load_shard(output, tag, ctx.rank), str(checkpoint.shard_uri(output, tag, ctx.rank)))
-    if ctx.rank == 0:
-        where = f"batch {own['batches']} of epoch {state.next_epoch + 1}" if state.mid_epoch else f"epoch {state.next_epoch - 1}"
-        log.info(
-            "resuming from the checkpoint of %s (best %.4f at epoch %d)",
-            where,
-            state.best_metric,
-            state.best_epoch,
-        )
-    return state
-
-
-def _epoch_start(state: checkpoint.TrainingState, rank: int) -> EpochStart:
-    """Where this rank starts the epoch ``state.next_epoch``: after its checkpointed batches, if any."""
-    if not state.mid_epoch:
-        return FROM_THE_START
-    own = checkpoint.for_rank(state, rank)
-    return EpochStart(own["batches"], own["sums"], own["epoch_rng"], own)
-
-
-def _loaders(task) -> dict:
-    """The task's GLT loaders by name (none in full-graph training)."""
-    return getattr(task, "loaders", {})
-
-
-def _restore_random_state(task, own: dict) -> bool:
-    """Restores the random state a checkpoint holds for this rank, if it holds one; whether it did."""
-    if "rng" not in own:
-        return False
-    restore_random_state(_loaders(task), own)
-    return True
-
-
 def _agreement(
     config: GnnflowConfig,
     state: checkpoint.TrainingState,
@@ -185,7 +133,7 @@ def _agreement(
             "epoch_rng": epoch_rng,
             "sums": task.epoch_sums(),
             "embeddings_tag": tag,
-        } | random_state(_loaders(task))
+        } | random_state(task_loaders(task))
 
     def write(snapshots: list[dict], stopping: bool) -> None:
         began = time.perf_counter()
@@ -238,10 +186,10 @@ def _train_epochs(
     stopped_early = patience is not None and state.epochs_without_improvement >= patience  # a resumed run that had stopped
     # A checkpoint that holds this rank's random state continues its streams (a resumed run draws
     # what an uninterrupted one did); an older one, or none, seeds them.
-    if state.mid_epoch or not _restore_random_state(task, checkpoint.for_rank(state, ctx.rank)):
+    if state.mid_epoch or not restore_task_random_state(task, checkpoint.for_rank(state, ctx.rank)):
         _seed_everything(config.training.seed + 1000 * state.next_epoch + ctx.rank)
     for epoch in range(state.next_epoch, 0 if stopped_early else config.training.epochs):
-        start = _epoch_start(state, ctx.rank)
+        start = epoch_start(state, ctx.rank)
         epoch_rng = start.epoch_rng or interruption.rng_states()  # what this epoch's seed order is drawn from
         state.mid_epoch = False
         sampled = config.training.mode == "sampled"
@@ -280,7 +228,7 @@ def _train_epochs(
             state.embeddings_tag = checkpoint.shards_tag(state)
             with watchdog.phase("writing"):
                 embeddings.checkpoint(output, state.embeddings_tag, ctx.rank)
-        state.ranks = gather_to_rank_zero({"optimizer": optimizer.state_dict()} | random_state(_loaders(task)))
+        state.ranks = gather_to_rank_zero({"optimizer": optimizer.state_dict()} | random_state(task_loaders(task)))
         if live is not None:
             with watchdog.phase("writing"):
                 checkpoint.save(state, output)
@@ -343,7 +291,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
     output = storage.parse_uri(job.output)
     task_embeddings = getattr(task, "embeddings", None)
     embeddings = TrainedEmbeddings(task_embeddings) if task_embeddings is not None else None
-    state = _resumed_state(ctx, config, output, partitions.manifest.generation, model, optimizer, embeddings)
+    state = resumed_state(ctx, config, output, partitions.manifest.generation, model, optimizer, embeddings)
     live = curves.LiveCurves(output.join(job.generation), state.curves_name, state.started) if ctx.rank == 0 else None
     preempted = _train_epochs(ctx, config, schema.task_type, task, model, ddp, optimizer, state, output, live, embeddings)
     if preempted is not None:
