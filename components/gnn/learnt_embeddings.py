@@ -22,7 +22,7 @@ import torch
 
 from components.config import GnnflowConfig
 from components.gnn.sparse_optimizers import DEFAULT_LEARNING_RATE, SparseRowOptimizer, sparse_optimizer
-from components.partition.output import StoredPartition, range_ends
+from components.partition.output import StoredPartition, range_ends, range_owner
 
 # Published and checkpointed shards: one file per node type and partition.
 SHARD_DIR = "learnt_embeddings"
@@ -113,9 +113,8 @@ class EmbeddingShards:
         for node_type, store in stores:
             if node_type in self.tables and "x" in store:
                 store.x = store.x.detach().to(torch.float32).requires_grad_(True)
-                ends = self.ends[node_type]
-                own = (store.node >= self.offsets[node_type]) & (store.node < ends[self.rank])
-                self.bytes_fetched += int((~own).sum()) * store.x.shape[1] * store.x.element_size()
+                remote = range_owner(store.node.cpu(), self.ends[node_type]) != self.rank
+                self.bytes_fetched += int(remote.sum()) * store.x.shape[1] * store.x.element_size()
                 leaves.append(Leaf(node_type, store.node, store.x))
         return leaves
 
@@ -131,7 +130,7 @@ class EmbeddingShards:
                 continue
             grads = leaf.rows.grad.detach().to("cpu") / self.world_size
             ids = leaf.node_ids.to("cpu")
-            owners = torch.searchsorted(self.ends[leaf.node_type], ids, right=True)
+            owners = range_owner(ids, self.ends[leaf.node_type])
             for owner in owners.unique().tolist():
                 mask = owners == owner
                 if owner == self.rank:
