@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from components.storage import Uri, parse_uri
+from tests.bigquery_emulator import BigQueryEmulator
 from tests.flaky_http_proxy import Failure, FlakyProxy
 from tests.gcs_emulator import GcsEmulator
 from tests.recording_server import RecordingServer, add_kfp_routes, add_vertex_routes, compile_package, write_inputs
@@ -52,6 +53,31 @@ def gcs_bucket(gcs_emulator: GcsEmulator) -> str:
     name = f"test-{uuid.uuid4().hex[:20]}"
     gcs_emulator.create_bucket(name)
     return name
+
+
+# ---------------------------------------------------------------------------------------
+# BigQuery on loopback: one bqemulator per test session (REST and Storage Read gRPC), a fresh
+# dataset per test. See tests/bigquery_emulator.py.
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def bigquery_emulator() -> Iterator[BigQueryEmulator]:
+    """The session's BigQuery emulator, with the BIGQUERY_*EMULATOR_HOST variables pointing at it."""
+    with BigQueryEmulator() as emulator, pytest.MonkeyPatch.context() as environment:
+        for name, value in {**_GCS_TEST_ENVIRONMENT, **emulator.environment}.items():
+            environment.setenv(name, value)
+        yield emulator
+
+
+@pytest.fixture
+def bigquery_dataset(bigquery_emulator: BigQueryEmulator) -> str:
+    """``project.dataset`` of a new, empty dataset on the emulator, unique to this test."""
+    from components.warehouse.clients import bigquery_client
+
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    bigquery_client(bigquery_emulator.project).create_dataset(name)
+    return f"{bigquery_emulator.project}.{name}"
 
 
 @pytest.fixture

@@ -1,0 +1,1 @@
+"""BigQuery: table references, clients that honour the emulator convention, reads and loads."""

@@ -1,0 +1,137 @@
+"""A real BigQuery API server on loopback (bqemulator: REST and Storage Read gRPC over DuckDB).
+
+Started like the GCS emulator: our own process, log to /dev/null, a free port, ready when the
+REST API answers. bqemulator loads DuckDB's spatial and avro extensions at start and would
+download them; the pinned ``duckdb-extension-*`` wheels ship them, and they are copied into a
+private HOME where DuckDB looks first. Clients reach it through the emulator variables that
+``components.warehouse.clients`` reads.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from types import TracebackType
+
+import duckdb
+
+from components.warehouse.clients import REST_EMULATOR_VARIABLE, STORAGE_EMULATOR_VARIABLE
+from tests.gcs_emulator import free_port
+
+PROJECT = "test-project"
+_STARTUP_ATTEMPTS = 3
+
+
+class BigQueryEmulatorError(RuntimeError):
+    """The emulator could not be started."""
+
+
+def _extension_home() -> str:
+    """A fresh HOME whose DuckDB extension folder holds the pinned extensions."""
+    home = tempfile.mkdtemp(prefix="bqemulator-home-")
+    version = duckdb.__version__
+    target = os.path.join(home, ".duckdb", "extensions", f"v{version}", "linux_amd64")
+    os.makedirs(target)
+    site = os.path.dirname(os.path.dirname(duckdb.__file__))
+    found = glob.glob(os.path.join(site, "duckdb_extension_*", "extensions", f"v{version}", "*.duckdb_extension"))
+    if len(found) < 2:
+        raise BigQueryEmulatorError(f"DuckDB {version}'s spatial and avro extensions are not installed (found {found})")
+    for path in found:
+        shutil.copy(path, target)
+    return home
+
+
+class BigQueryEmulator:
+    """One ephemeral bqemulator process on two free loopback ports; a context manager."""
+
+    def __init__(self, *, project: str = PROJECT, startup_timeout_s: float = 60.0) -> None:
+        self.project = project
+        self._startup_timeout_s = startup_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self._home: str | None = None
+        self.rest_port = 0
+        self.grpc_port = 0
+
+    @property
+    def rest_url(self) -> str:
+        """``BIGQUERY_EMULATOR_HOST``'s value."""
+        return f"http://127.0.0.1:{self.rest_port}"
+
+    @property
+    def grpc_host(self) -> str:
+        """``BIGQUERY_STORAGE_EMULATOR_HOST``'s value."""
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {REST_EMULATOR_VARIABLE: self.rest_url, STORAGE_EMULATOR_VARIABLE: self.grpc_host}
+
+    def start(self) -> None:
+        self._home = _extension_home()
+        executable = os.path.join(os.path.dirname(sys.executable), "bqemulator")
+        for attempt in range(1, _STARTUP_ATTEMPTS + 1):
+            self.rest_port, self.grpc_port = free_port(), free_port()
+            command = [executable, "start", "--rest-host", "127.0.0.1", "--rest-port", str(self.rest_port)]
+            command += ["--grpc-host", "127.0.0.1", "--grpc-port", str(self.grpc_port), "--project", self.project]
+            command += ["--log-level", "error"]
+            self._process = subprocess.Popen(
+                command,
+                env={**os.environ, "HOME": self._home},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                self._wait_until_ready()
+                return
+            except BigQueryEmulatorError:
+                self._stop_process()
+                if attempt == _STARTUP_ATTEMPTS:
+                    raise
+
+    def _wait_until_ready(self) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + self._startup_timeout_s
+        url = f"{self.rest_url}/bigquery/v2/projects/{self.project}/datasets"
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise BigQueryEmulatorError(f"bqemulator exited with status {self._process.returncode}")
+            try:
+                with urllib.request.urlopen(url, timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.1)
+        raise BigQueryEmulatorError(f"bqemulator did not answer within {self._startup_timeout_s} s")
+
+    def _stop_process(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+    def stop(self) -> None:
+        self._stop_process()
+        if self._home:
+            shutil.rmtree(self._home, ignore_errors=True)
+            self._home = None
+
+    def __enter__(self) -> BigQueryEmulator:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None) -> None:
+        self.stop()
