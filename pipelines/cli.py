@@ -1,4 +1,5 @@
-"""The ``gnnflow`` command: ``init-config``, ``step NAME ...``, ``run``, ``compile``, ``submit``, ``schedule`` and ``local-job``."""
+"""The ``gnnflow`` command: ``init-config``, ``step NAME ...``, ``run``, ``compile``, ``submit``, ``schedule``,
+``local-job`` and ``vector-index``."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from pipelines import compile as compile_command
 from pipelines import init_config
 from pipelines import schedule as schedule_command
 from pipelines import submit as submit_command
+from pipelines import vector_index as vector_index_command
 from pipelines.arguments import parse_set
 from pipelines.local_job import command as local_job_command
+from pipelines.tune import command as tune_command
 
-STEPS = ("preprocess", "serialize", "partition", "train", "infer", "report")
+STEPS = ("preprocess", "serialize", "partition", "train", "infer", "report", "export")
 
 
 def _step(args: argparse.Namespace) -> None:
@@ -80,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit_command.register(commands)
     schedule_command.register(commands)
     local_job_command.register(commands)
+    tune_command.register(commands)
+    vector_index_command.register(commands)
     return parser
 
 

@@ -14,11 +14,16 @@ log = logging.getLogger("gnnflow.compile")
 
 
 def _compile(args: argparse.Namespace) -> None:
-    from pipelines.dag import DEFAULT_IMAGE, compile_pipeline, load_resources  # kfp loads only for this command
+    from pipelines.dag import DEFAULT_IMAGE, compile_pipeline, load_exports, load_resources  # kfp loads only for this command
 
+    if args.tuning:
+        from pipelines.tune.command import compile_tuning
+
+        compile_tuning(args)
+        return
     image = args.image or DEFAULT_IMAGE
     resources = load_resources(args.config) if args.config else None
-    compile_pipeline(args.output, image, resources)
+    compile_pipeline(args.output, image, resources, export=load_exports(args.config) if args.config else False)
     if args.image is None:
         log.warning("no --image: the spec names the placeholder %r, which a cluster cannot pull", image)
     runner = resources.runner if resources else "local"
@@ -52,4 +57,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "(requests, step_requests) and, with runner vertex, the CustomJob of partition, train "
         "and infer (world_size, processes_per_replica, custom_job); the rest is not read",
     )
+    from pipelines.tune.command import add_tuning_arguments
+
+    add_tuning_arguments(parser)
     parser.set_defaults(handler=_compile)

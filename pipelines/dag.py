@@ -1,4 +1,5 @@
-"""The KFP v2 pipeline: preprocess → serialize → partition → train → infer → report.
+"""The KFP v2 pipeline: preprocess → serialize → partition → train → infer → report (→ export, when
+compiled with ``export``: a config whose ``output.bigquery`` or ``output.vector_search`` is set).
 
 Every edge is a typed artifact (Dataset, Model, Metrics, HTML) whose URI KFP chooses under
 the pipeline root (``gs://`` on Vertex AI); no step finds another's output by a naming
@@ -43,9 +44,10 @@ from kfp.dsl import HTML, Artifact, Dataset, Metrics, Model
 from pydantic import ValidationError
 
 from components import storage
-from components.config import ResourcesSpec, StepName, TaskRequests
+from components.config import OutputSpec, ResourcesSpec, StepName, TaskRequests
 from components.config.resources import MULTI_WORKER_STEPS
 from components.errors import GnnflowError
+from components.export.component import build_component as export_component
 from components.infer.component import build_component as infer_component
 from components.partition.component import build_component as partition_component
 from components.preprocess.component import build_component as preprocess_component
@@ -56,7 +58,7 @@ from pipelines.vertex_job import TENSORBOARD_BASE_OUTPUT, custom_job_component
 
 PIPELINE_NAME = "gnnflow"
 DEFAULT_IMAGE = "gnnflow:latest"  # a placeholder: give --image REGISTRY/PATH/gnnflow:TAG for a cluster
-RETRIED_STEPS: tuple[StepName, ...] = ("preprocess", "serialize", "report")
+RETRIED_STEPS: tuple[StepName, ...] = ("preprocess", "serialize", "report", "export")
 RETRY = {"num_retries": 2, "backoff_duration": "30s", "backoff_factor": 2.0, "backoff_max_duration": "600s"}
 
 
@@ -85,8 +87,11 @@ def apply_requests(task: dsl.PipelineTask, requests: TaskRequests) -> None:
         task.set_accelerator_type(requests.accelerator_type).set_accelerator_limit(requests.accelerator_count or 1)
 
 
-def build_pipeline(image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None = None) -> Callable[..., PipelineOutputs]:
-    """The pipeline with every task in ``image`` and the task requests of ``resources`` (default: none)."""
+def build_pipeline(
+    image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None = None, export: bool = False
+) -> Callable[..., PipelineOutputs]:
+    """The pipeline with every task in ``image`` and the task requests of ``resources`` (default: none);
+    ``export``: with the export task after infer (its output is the task's, not the pipeline's)."""
     if not image.strip():
         raise GnnflowError("the pipeline image must not be empty")
     resources = resources or ResourcesSpec()
@@ -142,6 +147,8 @@ def build_pipeline(image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None =
             "infer",
         )
         reported = configure(report_op(**settings, model=trained.outputs["model"], embeddings=inferred.outputs["embeddings"]), "report")
+        if export:
+            configure(export_component(image)(**settings, embeddings=inferred.outputs["embeddings"]), "export")
         return PipelineOutputs(
             preprocessed=pre.outputs["preprocessed"],
             tfrecords=ser.outputs["tfrecords"],
@@ -158,10 +165,10 @@ def build_pipeline(image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None =
     return gnnflow
 
 
-def compile_pipeline(package_path: str, image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None = None) -> None:
+def compile_pipeline(package_path: str, image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None = None, export: bool = False) -> None:
     """Writes the pipeline spec (KFP IR YAML) to ``package_path``, a local path or ``gs://`` URI."""
     target = storage.parse_uri(package_path)
-    pipeline = build_pipeline(image, resources)
+    pipeline = build_pipeline(image, resources, export)
     if isinstance(target, storage.LocalUri):
         os.makedirs(os.path.dirname(target.path) or ".", exist_ok=True)
         compiler.Compiler().compile(pipeline, target.path)
@@ -170,6 +177,20 @@ def compile_pipeline(package_path: str, image: str = DEFAULT_IMAGE, resources: R
         local = os.path.join(folder, "pipeline.yaml")
         compiler.Compiler().compile(pipeline, local)
         storage.upload_file(local, target)
+
+
+def load_exports(uri: str) -> bool:
+    """Whether a config file's ``output`` section asks for the export step (compile time, like resources)."""
+    source = storage.parse_uri(uri)
+    try:
+        raw = yaml.safe_load(storage.read_text(source))
+    except yaml.YAMLError as exc:
+        raise GnnflowError(f"config {source} is not valid YAML: {exc}") from exc
+    section = raw.get("output") if isinstance(raw, dict) else None
+    try:
+        return OutputSpec.model_validate(section or {}).exports
+    except ValidationError as exc:
+        raise GnnflowError(f"invalid config {source}: key 'output': {exc.errors()[0]['msg']}") from None
 
 
 def load_resources(uri: str) -> ResourcesSpec:

@@ -23,8 +23,10 @@ from typing import Any
 from components import storage
 from components.config import GnnflowConfig, load_config, resolve_config
 from components.errors import GnnflowError
+from components.export.step import check_export_destination
 from components.infer.layerwise import check_exact_config
 from components.infer.output import MODES
+from components.tables.bigquery_tables import check_bigquery_inputs
 from components.tables.reading import tables_fingerprint
 from pipelines.local_run import metric_lines
 
@@ -56,6 +58,8 @@ def check_runnable(config: GnnflowConfig, infer_mode: str) -> None:
         raise GnnflowError(f"unknown inference mode {infer_mode!r}: choose one of {', '.join(MODES)}")
     if infer_mode == "exact":
         check_exact_config(config)
+    check_bigquery_inputs(config)
+    check_export_destination(config)
     if config.resources.runner != "local":
         raise GnnflowError(
             f"resources.runner is {config.resources.runner!r}, but kfp.local keeps every artifact on this machine, "
@@ -96,7 +100,7 @@ def run_via_kfp_local(
     else:
         runner = kfp.local.SubprocessRunner(use_venv=False)
     kfp.local.init(runner=runner, pipeline_root=root.path, raise_on_error=True)
-    pipeline = build_pipeline(image or DEFAULT_IMAGE)
+    pipeline = build_pipeline(image or DEFAULT_IMAGE, export=config.output.exports)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_IMAGE_WARNING)
         try:
@@ -146,6 +150,8 @@ def check_visible_in_containers(config: GnnflowConfig, root: storage.LocalUri) -
     inside = pathlib.Path(root.path).resolve()
     tables = [(t.type, t.uri) for t in config.graph.nodes] + [(t.type, t.uri) for t in config.graph.edges]
     for name, table_uri in tables:
+        if table_uri.startswith("bq://"):  # read over the network, as on the cloud
+            continue
         uri = storage.parse_uri(table_uri)
         if isinstance(uri, storage.LocalUri) and not pathlib.Path(uri.path).resolve().is_relative_to(inside):
             raise GnnflowError(

@@ -1,4 +1,5 @@
-"""``gnnflow run``: the DAG's six steps in order on this machine, each output under one run root.
+"""``gnnflow run``: the DAG's six steps in order on this machine, each output under one run root
+(and a seventh, export, when ``output.bigquery`` or ``output.vector_search`` is set).
 
 The same step functions the KFP components call run here directly (``--via kfp-local`` runs
 them through ``kfp.local`` instead, see :mod:`pipelines.kfp_local`). A step whose published
@@ -14,19 +15,21 @@ import hashlib
 import json
 import logging
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from components import storage
 from components.config import GnnflowConfig, apply_overrides, load_config
 from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
+from components.export.step import check_export_destination, export
 from components.infer.layerwise import check_exact_config
 from components.infer.step import infer
 from components.partition.step import partition
 from components.preprocess.step import preprocess
 from components.report.step import report
 from components.serialize.step import serialize
+from components.tables.bigquery_tables import check_bigquery_inputs
 from components.tables.proposal import propose_config, render
 from components.tables.reading import tables_fingerprint
 from components.train.step import train
@@ -55,10 +58,11 @@ class RunOutputs:
     model: storage.Uri
     embeddings: storage.Uri
     report: storage.Uri
+    export: storage.Uri  # only written when the config exports (output.bigquery, output.vector_search)
 
     @staticmethod
     def under(root: storage.Uri) -> RunOutputs:
-        names = ("preprocessed", "tfrecords", "partitions", "model", "embeddings", "report")
+        names = ("preprocessed", "tfrecords", "partitions", "model", "embeddings", "report", "export")
         return RunOutputs(root, **{n: root.join(n) for n in names})
 
 
@@ -112,10 +116,11 @@ def demo_config(root: storage.Uri, num_nodes: int = DEMO_NODES) -> GnnflowConfig
 
 
 def plan(config: GnnflowConfig, outputs: RunOutputs, infer_mode: str = "sampled") -> list[_PlannedStep]:
-    """The six steps in DAG order, with what each one's output depends on."""
+    """The six steps in DAG order (and export when configured), with what each one's output depends on."""
     c, o = config, outputs
     sections = lambda *names: {n: getattr(c, n).model_dump(mode="json") for n in names}  # noqa: E731
     world = {"world_size": c.resources.world_size}
+    exported = [_PlannedStep("export", o.export, (o.embeddings,), sections("output"), lambda: export(c, o.embeddings, o.export))]
     return [
         _PlannedStep(
             "preprocess",
@@ -157,6 +162,7 @@ def plan(config: GnnflowConfig, outputs: RunOutputs, infer_mode: str = "sampled"
             {"config": c.model_dump(mode="json")},
             lambda: report(c, o.model, o.embeddings, o.report),
         ),
+        *(exported if c.output.exports else []),
     ]
 
 
@@ -197,12 +203,29 @@ def run_pipeline(config: GnnflowConfig, root: storage.Uri, infer_mode: str = "sa
     """Runs (or skips, when up to date) each step under ``root``; returns where outputs went."""
     if infer_mode == "exact":
         check_exact_config(config)  # before preprocess starts
+    check_export_destination(config)  # a missing BigQuery dataset fails now, not after training
+    check_bigquery_inputs(config)  # bq:// tables' columns and types, before preprocess starts
     outputs = RunOutputs.under(root)
+    storage.write_text(root.join("config.resolved.yaml"), config.to_yaml())
+    ran, skipped = run_steps(config, root, STEP_NAMES, infer_mode, force)
+    metrics = storage.open_published(outputs.report).read_json("metrics.json")
+    return RunResult(outputs, metrics, ran, skipped)
+
+
+STEP_NAMES = ("preprocess", "serialize", "partition", "train", "infer", "report", "export")  # export: only when configured
+
+
+def run_steps(
+    config: GnnflowConfig, root: storage.Uri, names: Collection[str], infer_mode: str = "sampled", force: bool = False
+) -> tuple[list[str], list[str]]:
+    """Runs (or skips, when up to date) the steps in ``names`` under ``root``, in DAG order; returns
+    (ran, skipped). ``gnnflow tune`` runs the data steps this way, once for all its trials."""
     state = _RunState(root)
     ran: list[str] = []
     skipped: list[str] = []
-    storage.write_text(root.join("config.resolved.yaml"), config.to_yaml())
-    for step in plan(config, outputs, infer_mode):
+    for step in plan(config, RunOutputs.under(root), infer_mode):
+        if step.name not in names:
+            continue
         fingerprint = _fingerprint(step)
         if not force and state.up_to_date(step, fingerprint):
             log.info("%s: skipped, %s is up to date with its inputs and config", step.name, step.output)
@@ -212,8 +235,7 @@ def run_pipeline(config: GnnflowConfig, root: storage.Uri, infer_mode: str = "sa
         step.run()
         state.record(step, fingerprint)
         ran.append(step.name)
-    metrics = storage.open_published(outputs.report).read_json("metrics.json")
-    return RunResult(outputs, metrics, ran, skipped)
+    return ran, skipped
 
 
 def run(
@@ -238,6 +260,8 @@ def summary(result: RunResult) -> str:
     lines = [f"run root: {o.root}"]
     for name in ("preprocessed", "tfrecords", "partitions", "model", "embeddings", "report"):
         lines.append(f"  {name:<12} {getattr(o, name)}")
+    if "export" in result.ran + result.skipped:
+        lines.append(f"  {'export':<12} {o.export}")
     if result.skipped:
         lines.append(f"skipped (up to date): {', '.join(result.skipped)}")
     lines.append(f"report: {result.report_html}")

@@ -33,7 +33,9 @@ import yaml
 from components import storage
 from components.config import EdgeTableSpec, GnnflowConfig, NodeTableSpec, load_config, resolve_config
 from components.errors import GnnflowError
+from components.export.step import check_export_destination
 from components.storage import gcs as gcs_backend
+from components.tables.bigquery_tables import check_bigquery_inputs
 from components.tables.reading import tables_fingerprint
 
 log = logging.getLogger("gnnflow.submit")
@@ -166,11 +168,13 @@ def prepare_run(request: RunRequest) -> PreparedRun:
     ]
     for section, tables in sections:
         for i, table in enumerate(tables):
-            if not table.uri.startswith("gs://"):
+            if not table.uri.startswith(("gs://", "bq://")):
                 raise GnnflowError(
-                    f"config {request.config}: {section}[{i}].uri {table.uri!r} is not a gs:// URI; "
-                    "a pipeline run on Vertex AI or KFP can only read tables on GCS"
+                    f"config {request.config}: {section}[{i}].uri {table.uri!r} is not a gs:// URI (nor a bq:// table); "
+                    "a pipeline run on Vertex AI or KFP can only read tables on GCS or in BigQuery"
                 )
+    check_bigquery_inputs(resolved)  # refused here, not by the preprocess task
+    check_export_destination(resolved)  # a missing output dataset, before the run trains for hours
     config_parameter = str(storage.parse_uri(request.config)) if request.config_as == "uri" else text
     if request.config_as == "uri" and not config_parameter.startswith("gs://"):
         raise GnnflowError(f"config {request.config}: a run that reads its config by URI needs a gs:// URI")
@@ -202,7 +206,7 @@ def pipeline_package(request: RunRequest, config: GnnflowConfig) -> Iterator[str
     image = request.image or DEFAULT_IMAGE
     with tempfile.TemporaryDirectory(prefix="gnnflow-package-") as folder:
         path = os.path.join(folder, "gnnflow.yaml")
-        compile_pipeline(path, image, config.resources)
+        compile_pipeline(path, image, config.resources, export=config.output.exports)
         log.info("compiled the pipeline for image %s", image)
         yield path
 

@@ -263,6 +263,38 @@ def add_metadata_routes(server: RecordingServer) -> None:
     )
 
 
+def add_vector_index_routes(server: RecordingServer) -> None:
+    """Vector Search indexes of the Vertex AI REST API (v1): create and update answer a done
+    operation holding the index (the SDK then reads the index back), as the service does once built."""
+    indexes: dict[str, dict[str, Any]] = {}
+    ids = itertools.count(1)
+    index_type = "type.googleapis.com/google.cloud.aiplatform.v1.Index"
+
+    def done(name: str) -> Reply:
+        return 200, {"name": f"{name}/operations/{next(ids)}", "done": True, "response": {"@type": index_type, **indexes[name]}}
+
+    def create(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        name = f"{match['parent']}/indexes/{next(ids)}"
+        indexes[name] = {**request.json, "name": name}
+        return done(name)
+
+    def get(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        if match["name"] not in indexes:
+            return 404, {"error": {"code": 404, "message": f"{match['name']} not found", "status": "NOT_FOUND"}}
+        return 200, indexes[match["name"]]
+
+    def update(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        if match["name"] not in indexes:
+            return 404, {"error": {"code": 404, "message": f"{match['name']} not found", "status": "NOT_FOUND"}}
+        indexes[match["name"]] = {**indexes[match["name"]], "metadata": request.json["metadata"]}
+        return done(match["name"])
+
+    server.route("POST", f"{_LOCATION}/indexes", create)
+    index = r"/v1/(?P<name>projects/[^/]+/locations/[^/]+/indexes/[^/:]+)"
+    server.route("GET", index, get)
+    server.route("PATCH", index, update)
+
+
 # ------------------------------------------------------------------------------------ KFP
 _KFP = "/apis/v2beta1"
 

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 COMPONENTS = Path(__file__).resolve().parents[1] / "components"
-STEPS = ("preprocess", "serialize", "partition", "train", "infer", "report")
+STEPS = ("preprocess", "serialize", "partition", "train", "infer", "report", "export")
 
 
 def _module_imports() -> dict[str, set[str]]:

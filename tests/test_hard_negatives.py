@@ -12,8 +12,9 @@ hard negatives alone (``test_mrr_hard``), a positive stays near chance unless th
 learnt: a tie counts against it (pessimistic), so chance is between 1/5 and H(5)/5 = 0.457 with
 4 per anchor.
 
-Checked over two seeds with a margin: training with hard negatives ranks test positives above
-their hard negatives at least ``MARGIN`` better than random-only training, for each seed.
+Checked with a margin: training with hard negatives ranks test positives above their hard
+negatives at least ``MARGIN`` better than random-only training. One seed: over seeds 0 and 1 the
+gap was 0.33 and 0.30 (1.000 against 0.675 / 0.703), twice the margin each time.
 """
 
 from __future__ import annotations
@@ -114,9 +115,9 @@ def side_rule_partitions(tmp_path_factory) -> tuple[dict[str, pathlib.Path], sto
     return tables, root.join("parts")
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_hard_negatives_teach_the_rule_random_negatives_cannot(tmp_path, side_rule_partitions, seed):
+def test_hard_negatives_teach_the_rule_random_negatives_cannot(tmp_path, side_rule_partitions):
     tables, parts = side_rule_partitions
+    seed = 0
     mrr = {}
     for negatives in (["random"], ["random", "hard"]):
         name = "-".join(negatives)

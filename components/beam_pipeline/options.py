@@ -24,7 +24,12 @@ def pipeline_options(spec: BeamSpec, step: str, image: str | None = None) -> dic
     """
     common: dict[str, object] = {"save_main_session": False, "pickle_library": "cloudpickle"}
     if spec.runner == "local":
-        return common | {"direct_num_workers": spec.num_workers, "direct_running_mode": "multi_processing"}
+        # One worker runs inside this process: no worker process to start, and what this
+        # process set up (the BigQuery emulator endpoints) holds for the worker as well.
+        mode = "in_memory" if spec.num_workers == 1 else "multi_processing"
+        from components.beam_pipeline.bigquery_endpoints import worker_plugins  # loads the BigQuery clients
+
+        return common | {"direct_num_workers": spec.num_workers, "direct_running_mode": mode, "beam_plugins": worker_plugins()}
     flow = spec.dataflow
     container = flow.sdk_container_image or image
     if not container or "/" not in container:

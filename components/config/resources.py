@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from components.config.sections import _Section
+from components.errors import GnnflowError
+from components.warehouse.table_ref import BigQueryDataset, parse_dataset
 
-StepName = Literal["preprocess", "serialize", "partition", "train", "infer", "report"]
+StepName = Literal["preprocess", "serialize", "partition", "train", "infer", "report", "export"]
 MULTI_WORKER_STEPS: tuple[StepName, ...] = ("partition", "train", "infer")  # those that run world_size workers
 # A replica on a fresh node first pulls the 8 GB step image (several minutes) while its peers
 # already wait at the rendezvous: 15 minutes is the least that survives that, with room to spare.
@@ -234,3 +236,39 @@ class ResourcesSpec(_Section):
 
 class OutputSpec(_Section):
     root: str = Field("runs", description="Run root: local path or gs:// URI under which each step writes its output.")
+    bigquery: str | None = Field(
+        None,
+        description="BigQuery dataset (project.dataset) that step export writes the run's results to: a table per node "
+        "type and kind (<type>_embeddings, <type>_predictions, <type>_candidates), keyed by the original ids, with a "
+        "run_id column. The dataset must exist. Default (null): no BigQuery output.",
+    )
+    bigquery_write: Literal["replace", "append"] = Field(
+        "replace",
+        description="How export writes each table: replace (afterwards it holds this run's rows only) or append (this "
+        "run's rows replace any earlier rows of the same run id, other runs' rows stay).",
+    )
+    vector_search: bool = Field(
+        False,
+        description="Step export also writes every embedding in Vertex AI Vector Search's batch input format (JSON lines "
+        "with node_type and class restricts, one folder) for `gnnflow vector-index`.",
+    )
+
+    @field_validator("bigquery")
+    @classmethod
+    def _dataset_syntax(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return str(parse_dataset(value))
+        except GnnflowError as exc:
+            raise ValueError(str(exc)) from None
+
+    @property
+    def bigquery_dataset(self) -> BigQueryDataset | None:
+        """``bigquery`` as a typed dataset reference (None when unset)."""
+        return parse_dataset(self.bigquery) if self.bigquery else None
+
+    @property
+    def exports(self) -> bool:
+        """Whether a run has an export step (BigQuery tables or a Vector Search folder)."""
+        return self.bigquery is not None or self.vector_search

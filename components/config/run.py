@@ -8,6 +8,8 @@ from pydantic import Field, model_validator
 from components.config.resources import OutputSpec, ResourcesSpec
 from components.config.sections import GraphSpec, TaskSpec, _Section
 from components.config.steps import ModelSpec, PartitionSpec, PreprocessSpec, RetrievalSpec, SerializeSpec, TrainingSpec
+from components.errors import GnnflowError
+from components.warehouse.result_tables import check_node_type_name
 
 
 class GnnflowConfig(_Section):
@@ -146,6 +148,16 @@ class GnnflowConfig(_Section):
                 f"{key} requests {kind} but training.device is cpu, which leaves it idle: "
                 f"set training.device to auto or cuda, or remove {key}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _result_tables_nameable(self) -> GnnflowConfig:
+        if self.output.bigquery is not None:
+            for node in self.graph.nodes:
+                try:
+                    check_node_type_name(node.type)
+                except GnnflowError as exc:
+                    raise ValueError(str(exc)) from None
         return self
 
     @property

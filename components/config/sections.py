@@ -14,6 +14,26 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_URI_HELP = (
+    "CSV, gzipped CSV or Parquet file, or a folder/prefix of such files (local or gs://); "
+    "or a BigQuery table, bq://project.dataset.table (read with the Storage Read API)."
+)
+_FORMAT_HELP = "auto: from the file extension (BigQuery tables: auto only)."
+_ROW_FILTER_HELP = (
+    "BigQuery tables only: a SQL predicate on the table's columns (the Storage Read API's row_restriction, "
+    "e.g. \"country = 'DE' AND active\"); only matching rows are read."
+)
+
+
+def _check_table_source(uri: str, fmt: str, row_filter: str | None) -> None:
+    """A BigQuery table takes no file format; a row filter needs a BigQuery table."""
+    if uri.startswith("bq://"):
+        if fmt != "auto":
+            raise ValueError(f"uri {uri!r} is a BigQuery table: format must be auto (it is {fmt!r})")
+    elif row_filter is not None:
+        raise ValueError(f"row_filter is for BigQuery tables (bq://project.dataset.table), but uri is {uri!r}")
+
+
 class FeatureSpec(_Section):
     """A group of columns that become features with one transform."""
 
@@ -38,20 +58,27 @@ class NodeTableSpec(_Section):
     """One node type, read from one file or every file below a prefix."""
 
     type: str = Field("node", description="Node type name.")
-    uri: str = Field(description="CSV, gzipped CSV or Parquet file, or a folder/prefix of such files; local or gs://.")
-    format: Literal["auto", "csv", "parquet"] = Field("auto", description="auto: from the file extension.")
+    uri: str = Field(description=_URI_HELP)
+    format: Literal["auto", "csv", "parquet"] = Field("auto", description=_FORMAT_HELP)
+    row_filter: str | None = Field(None, description=_ROW_FILTER_HELP)
     id_column: str = Field("node_id", description="Column with the node id (any type; enumerated to 0..n-1).")
     label_column: str | None = Field(None, description="Class label column (empty cells: unlabeled).")
     split_column: str | None = Field(None, description="Column naming each node's split; random split when absent.")
     features: list[FeatureSpec] = Field(default_factory=list, description="Feature column groups, in output order.")
+
+    @model_validator(mode="after")
+    def _source(self) -> NodeTableSpec:
+        _check_table_source(self.uri, self.format, self.row_filter)
+        return self
 
 
 class EdgeTableSpec(_Section):
     """One edge type (source type, relation, destination type)."""
 
     type: str = Field("edge", description="Relation name.")
-    uri: str = Field(description="CSV, gzipped CSV or Parquet file, or a folder/prefix of such files; local or gs://.")
-    format: Literal["auto", "csv", "parquet"] = Field("auto", description="auto: from the file extension.")
+    uri: str = Field(description=_URI_HELP)
+    format: Literal["auto", "csv", "parquet"] = Field("auto", description=_FORMAT_HELP)
+    row_filter: str | None = Field(None, description=_ROW_FILTER_HELP)
     src_column: str = Field("src", description="Column with the source node id.")
     dst_column: str = Field("dst", description="Column with the destination node id.")
     src_type: str = Field("node", description="Node type of the sources.")
@@ -69,6 +96,11 @@ class EdgeTableSpec(_Section):
         "column, or the random split; validation and test positives never carry messages) and hard negatives of their "
         "anchor (training.negatives: hard, and evaluation). Label tables are directed and have no features.",
     )
+
+    @model_validator(mode="after")
+    def _source(self) -> EdgeTableSpec:
+        _check_table_source(self.uri, self.format, self.row_filter)
+        return self
 
     @property
     def name(self) -> str:

@@ -207,6 +207,11 @@ class TrainingSpec(_Section):
     early_stopping_patience: int | None = Field(
         10, gt=0, description="Stop after this many epochs without a better validation metric; null: never."
     )
+    evaluate_test: bool = Field(
+        True,
+        description="Evaluate the best model on the test split at the end of training (test_* in the model's metrics). "
+        "false: validation only; gnnflow tune's trials set it, so that no test figure exists before a trial is selected.",
+    )
     stop_at_chance_epochs: int | None = Field(
         5,
         gt=0,

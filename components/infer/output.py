@@ -4,6 +4,7 @@ Output (published atomically; workers write into one generation, the launching p
 publishes once all have finished)::
 
     embeddings/<node type>/part-<rank>.parquet   node_id, embedding[, prediction, probability]
+    retrieval/candidates/part-<rank>.parquet     link prediction: node_id, candidate_id, score, rank
     metrics.json                                  test metrics recomputed from the shards
     config.resolved.yaml
 """
@@ -14,3 +15,4 @@ STEP = "infer"
 MODES = ("sampled", "exact")  # sampled: GLT's neighbour loader; exact: full neighbourhoods, layer by layer
 METRICS_FILE = "metrics.json"
 EMBEDDINGS_FOLDER = "embeddings"
+CANDIDATES_FOLDER = "retrieval/candidates"  # the same folder as infer.retrieval.CANDIDATES_DIR

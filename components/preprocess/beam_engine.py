@@ -17,13 +17,16 @@ from typing import Any
 
 from components import storage
 from components.beam_pipeline import Problem, first_problem, put_result, run_pipeline, take_result
+from components.beam_pipeline.bigquery_endpoints import follow_emulator_variables
 from components.config import GnnflowConfig
+from components.preprocess.beam_bigquery import bigquery_reads, read_row_blocks
 from components.preprocess.beam_transforms import (
     NODE_WRITE,
     STEP,
     Block,
     Layout,
     Plan,
+    RowBlock,
     Scan,
     TablePlan,
     Written,
@@ -53,22 +56,34 @@ def plan_tables(config: GnnflowConfig, output: storage.Uri, generation: str, fit
     beam = config.preprocess.beam
     buckets = beam.join_buckets
     if buckets is None:
-        total = sum(storage.size(f) for t in [*nodes, *edges] for f in t.source.files)
+        total = sum(storage.size(f) for t in [*nodes, *edges] for f in t.source.files) + _bigquery_bytes([*nodes, *edges])
         workers = beam.num_workers if beam.runner == "local" else beam.dataflow.max_num_workers
         buckets = max(4 * workers, math.ceil(total / _BUCKET_BYTES))
     return Plan(config, str(output), generation, nodes, edges, fitted_state, buckets)
+
+
+def _bigquery_bytes(tables: list[TablePlan]) -> int:
+    """The stored size of the ``bq://`` tables (before the row filter: an upper bound)."""
+    from components.warehouse.reading import table_metadata
+
+    return sum(table_metadata(t.source.bigquery.table).num_bytes or 0 for t in tables if t.source.bigquery is not None)
 
 
 def build_pipeline(pipeline: Any, plan: Plan) -> None:
     """The Beam graph of the step (see :mod:`components.preprocess.beam_transforms`)."""
     import apache_beam as beam
 
-    node_blocks = pipeline | "node files" >> beam.Create(
-        [Block("node", t, f) for t, table in enumerate(plan.nodes) for f in range(len(table.source.files))]
-    )
-    edge_blocks = pipeline | "edge files" >> beam.Create(
-        [Block("edge", t, f) for t, table in enumerate(plan.edges) for f in range(len(table.source.files))]
-    )
+    def blocks(kind: str, tables: list[TablePlan]) -> Any:
+        """A table's files, or for a ``bq://`` table its rows as blocks (:mod:`components.preprocess.beam_bigquery`)."""
+        files = pipeline | f"{kind} files" >> beam.Create(
+            [Block(kind, t, f) for t, table in enumerate(tables) for f in range(len(table.source.files))]
+        )
+        read = [read_row_blocks(pipeline, r) for r in bigquery_reads(plan) if r.kind == kind]
+        return (files, *read) | f"{kind} blocks" >> beam.Flatten() if read else files
+
+    if any(t.source.bigquery is not None for t in [*plan.nodes, *plan.edges]):
+        follow_emulator_variables()
+    node_blocks, edge_blocks = blocks("node", plan.nodes), blocks("edge", plan.edges)
     scanned = (node_blocks, edge_blocks) | "all files" >> beam.Flatten() | "scan" >> beam.FlatMap(scan_block, plan)
     # (Beam annotates Partition as taking a PartitionFn; it takes plain callables too.)
     scans, scan_problems, id_batches = scanned | "sort scan output" >> beam.Partition(
@@ -84,7 +99,10 @@ def build_pipeline(pipeline: Any, plan: Plan) -> None:
         | "resolve buckets" >> beam.FlatMap(lambda kv, lay: resolve_bucket(kv[0], list(kv[1]), lay, plan), layout_side)
     )
     join_problems, endpoints = resolved | "sort join output" >> beam.Partition(lambda e, _: 0 if isinstance(e, Problem) else 1, 2)  # type: ignore[arg-type]
-    every_edge_block = edge_blocks | "edge block markers" >> beam.Map(lambda b: ((b.table, b.file), None))
+    # A block of rows travels with its endpoints to its writer; a file is read there.
+    every_edge_block = edge_blocks | "edge block markers" >> beam.Map(
+        lambda b: ((b.block.table, b.block.file), b) if isinstance(b, RowBlock) else ((b.table, b.file), None)
+    )
     edges_written = (
         (endpoints, every_edge_block)
         | "endpoints and blocks" >> beam.Flatten()

@@ -88,6 +88,31 @@ class Block:
     file: int  # index in that table's files
 
 
+@dataclass(frozen=True)
+class RowBlock:
+    """A block that arrives with its rows: a ``bq://`` table's block ``block.file`` is its
+    rows numbered from ``block.file * parquet_batch_rows`` (see :mod:`components.preprocess.beam_bigquery`)."""
+
+    block: Block
+    chunk: tables.TableChunk  # the whole block, its first row numbered 1
+
+
+def _open_block(item: Block | RowBlock, plan: Plan) -> tuple[Block, Iterator[tables.TableChunk]]:
+    """The block and its chunks: read from its file, or the rows it carries."""
+    if isinstance(item, RowBlock):
+        return item.block, iter([item.chunk])
+    table = (plan.nodes if item.kind == "node" else plan.edges)[item.table]
+    return item, plan.chunks(table, item.file)
+
+
+def block_count(kind: str, table: int, plan: Plan, scans: Sequence[Scan]) -> int:
+    """Blocks of a table: its files, or for a ``bq://`` table as many as its rows filled."""
+    source = (plan.nodes if kind == "node" else plan.edges)[table].source
+    if source.bigquery is None:
+        return len(source.files)
+    return 1 + max((s.block.file for s in scans if (s.block.kind, s.block.table) == (kind, table)), default=-1)
+
+
 @dataclass
 class Scan:
     """What reading one block found."""
@@ -160,7 +185,7 @@ def build_layout(scans: list[Scan], plan: Plan) -> Layout:
             rows = parts = 0
             fitters = PerFileFitters(spec.features, table.groups)
             labels: set[str] = set()
-            for f in range(len(table.source.files)):
+            for f in range(block_count(kind, t, plan, scans)):
                 scan = found.get((kind, t, f))
                 (layout.first_id if kind == "node" else layout.first_row)[(t, f)] = rows
                 layout.first_part[(kind, t, f)] = parts
@@ -189,16 +214,17 @@ def build_layout(scans: list[Scan], plan: Plan) -> Layout:
     return layout
 
 
-def scan_block(block: Block, plan: Plan) -> Iterator[Scan | Problem | tuple[tuple[str, int], IdBatch]]:
-    """Reads one file: counts, statistics, labels, and its ids bucketed for the join."""
+def scan_block(item: Block | RowBlock, plan: Plan) -> Iterator[Scan | Problem | tuple[tuple[str, int], IdBatch]]:
+    """Reads one file (or block of rows): counts, statistics, labels, and its ids bucketed for the join."""
     graph = plan.config.graph
+    block, block_chunks = _open_block(item, plan)
     spec = graph.nodes[block.table] if block.kind == "node" else graph.edges[block.table]
     table = (plan.nodes if block.kind == "node" else plan.edges)[block.table]
     fitters = None if plan.fitted_state is not None else PerFileFitters(spec.features, table.groups).new_file()
     labels: set[str] = set()
     rows = chunks = 0
     try:
-        for chunk in plan.chunks(table, block.file):
+        for chunk in block_chunks:
             if block.kind == "node":
                 ends = [("id", spec.type, checked_node_ids(chunk, spec.id_column))]  # type: ignore[union-attr]
             else:
@@ -206,7 +232,7 @@ def scan_block(block: Block, plan: Plan) -> Iterator[Scan | Problem | tuple[tupl
                     (role, getattr(spec, f"{role}_type"), chunk.table.column(getattr(spec, f"{role}_column"))) for role in ("src", "dst")
                 ]
             for fitter in fitters or []:
-                fitter.update(chunk.table, str(chunk.source), chunk.first_row)
+                fitter.update(chunk.table, chunk.row)
             if block.kind == "node" and spec.label_column:  # type: ignore[union-attr]
                 labels |= label_values(chunk.table, spec.label_column)  # type: ignore[union-attr]
             for role, node_type, ids in ends:
@@ -239,14 +265,16 @@ def resolve_bucket(
         duplicated = index.duplicated(keep="first")
         k = int(np.flatnonzero(duplicated)[0])
         first = int(np.flatnonzero(values == values[k])[0])
-        where = [f"{source.files[files[i]]}, row {positions[i] + 1}" for i in (k, first)]
-        yield Problem(
-            (NODE_SCAN, table, NODE_DUPLICATE, int(files[k]), int(positions[k])), str(duplicate_id_error(values[k], spec.id_column, *where))
-        )
+        if source.bigquery is not None:  # its rows have no numbers to point at: the one-process engine's words
+            error = GnnflowError(f"{spec.uri}, column '{spec.id_column}': duplicate node id {values[k]!r} (in at least two rows)")
+        else:
+            where = [f"{source.files[files[i]]}, row {positions[i] + 1}" for i in (k, first)]
+            error = duplicate_id_error(values[k], spec.id_column, *where)
+        yield Problem((NODE_SCAN, table, NODE_DUPLICATE, int(files[k]), int(positions[k])), str(error))
         index, files, positions = index[~duplicated], files[~duplicated], positions[~duplicated]
     if node_batches:  # a node's id: its file's first id plus its row in the file
         table = node_batches[0].block.table
-        first_ids = np.asarray([layout.first_id[(table, f)] for f in range(len(plan.nodes[table].source.files))], dtype=np.int64)
+        first_ids = np.asarray([layout.first_id.get((table, f), 0) for f in range(int(files.max()) + 1)], dtype=np.int64)
         node_ids = first_ids[files] + positions
     else:
         node_ids = np.empty(0, np.int64)
@@ -257,17 +285,18 @@ def resolve_bucket(
             yield (batch.block.table, batch.block.file), IdBatch(batch.block, batch.role, batch.positions, pa.array(resolved))
 
 
-def write_node_block(block: Block, layout: Layout, plan: Plan) -> Iterator[Written | Problem]:
-    """Transforms and writes one node file (node parts and id-map parts)."""
+def write_node_block(item: Block | RowBlock, layout: Layout, plan: Plan) -> Iterator[Written | Problem]:
+    """Transforms and writes one node file or block of rows (node parts and id-map parts)."""
+    block, chunks = _open_block(item, plan)
     if ("node", block.table, block.file) not in layout.block_rows:
         return  # its scan failed
-    spec, table = plan.config.graph.nodes[block.table], plan.nodes[block.table]
+    spec = plan.config.graph.nodes[block.table]
     staging = plan.staging()
     written = Written(block, [], {}, 0)
     first_id, first_part = layout.first_id[(block.table, block.file)], layout.first_part[("node", block.table, block.file)]
     split = node_split(plan.config, spec.type)
     try:
-        for i, chunk in enumerate(plan.chunks(table, block.file)):
+        for i, chunk in enumerate(chunks):
             encoded = encode_node_chunk(
                 spec, layout.node_features[block.table], layout.vocabularies[block.table], split, chunk, first_id + chunk.first_row - 1
             )
@@ -283,23 +312,27 @@ def write_node_block(block: Block, layout: Layout, plan: Plan) -> Iterator[Writt
     yield written
 
 
-def write_edge_block(key: tuple[int, int], resolved: list[IdBatch | None], layout: Layout, plan: Plan) -> Iterator[Written | Problem]:
-    """Transforms and writes one edge file, its endpoints resolved by :func:`resolve_bucket`."""
-    block = Block("edge", *key)
+def write_edge_block(
+    key: tuple[int, int], resolved: list[IdBatch | RowBlock | None], layout: Layout, plan: Plan
+) -> Iterator[Written | Problem]:
+    """Transforms and writes one edge file (or block of rows, which comes in ``resolved``), its
+    endpoints resolved by :func:`resolve_bucket`."""
+    carried = [r for r in resolved if isinstance(r, RowBlock)]
+    block, chunks = _open_block(carried[0] if carried else Block("edge", *key), plan)
     rows = layout.block_rows.get(("edge", block.table, block.file))
     if rows is None:
         return  # its scan failed
     ends = {"src": np.full(rows, -1, dtype=np.int64), "dst": np.full(rows, -1, dtype=np.int64)}
     for batch in resolved:
-        if batch is not None:
+        if isinstance(batch, IdBatch):
             ends[batch.role][batch.positions] = batch.ids.to_numpy()
-    spec, table = plan.config.graph.edges[block.table], plan.edges[block.table]
+    spec = plan.config.graph.edges[block.table]
     staging = plan.staging()
     written = Written(block, [], {}, 0)
     first_row, first_part = layout.first_row[key], layout.first_part[("edge", *key)]
     split = edge_split(plan.config, spec)
     try:
-        for i, chunk in enumerate(plan.chunks(table, block.file)):
+        for i, chunk in enumerate(chunks):
             a, b = chunk.first_row - 1, chunk.first_row - 1 + chunk.table.num_rows
             encoded = encode_edge_chunk(
                 spec, layout.edge_features[block.table], split, chunk, ends["src"][a:b], ends["dst"][a:b], first_row + a

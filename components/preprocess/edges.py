@@ -11,12 +11,13 @@ import pyarrow as pa
 
 from components.config import EdgeTableSpec, PreprocessSpec, SplitSpec
 from components.errors import GnnflowError
-from components.preprocess.nodes import TableSource, count_splits, empty_table_error, open_table
+from components.preprocess.nodes import TableSource, count_splits, empty_table_error, open_bigquery_table, open_table
 from components.preprocess.parts import PartWriter
 from components.runtime.runlog import progress, rate, timed
 from components.schema import SPLIT_CODES, EdgeTypeSchema
 from components.tables import reading as tables
 from components.tables.transforms import FittedFeatures, PerFileFitters, encode_features, encode_splits
+from components.warehouse.table_ref import is_bigquery_uri
 
 log = logging.getLogger("gnnflow.preprocess")
 
@@ -28,6 +29,8 @@ def map_endpoints(values: pa.ChunkedArray, ids: pd.Index) -> np.ndarray:
 
 def open_edge_table(spec: EdgeTableSpec) -> tuple[TableSource, list[list[str]]]:
     """The edge table's files with the endpoint and split columns and its feature groups."""
+    if is_bigquery_uri(spec.uri):
+        return open_bigquery_table(spec, (spec.src_column, spec.dst_column))
     base = [spec.src_column, spec.dst_column, *([spec.split_column] if spec.split_column else [])]
     return open_table(spec.uri, spec.format, base, spec.features)
 
@@ -38,7 +41,7 @@ def fit_edge_features(spec: EdgeTableSpec, options: PreprocessSpec, source: Tabl
         return []
     fitters = PerFileFitters(spec.features, groups)
     for chunk in source.chunks(options):
-        fitters.update(chunk.table, str(chunk.source), chunk.first_row)
+        fitters.update(chunk)
     return fitters.finish()
 
 
@@ -69,11 +72,11 @@ def encode_edge_chunk(
         column, node_type = (spec.src_column, spec.src_type) if src[row] < 0 else (spec.dst_column, spec.dst_type)
         value = t.column(column)[row].as_py()
         raise GnnflowError(
-            f"{chunk.source}, row {chunk.first_row + row}, column '{column}': node id {value!r} is not in "
+            f"{chunk.row(row)}, column '{column}': node id {value!r} is not in "
             f"node table '{node_type}' ({int((~known).sum())} such edges in this chunk; "
             "set on_unknown_endpoint: drop to skip them)"
         )
-    x = encode_features(t, features, str(chunk.source), chunk.first_row)
+    x = encode_features(t, features, chunk.row)
     if split is not None:
         edge_rows = np.arange(first_edge_row, first_edge_row + t.num_rows, dtype=np.int64)
         codes = encode_splits(
@@ -81,7 +84,7 @@ def encode_edge_chunk(
             split,
             t.column(spec.split_column) if spec.split_column else None,
             None,
-            (str(chunk.source), chunk.first_row, spec.split_column or ""),
+            (chunk.row, spec.split_column or ""),
         )
     else:
         codes = np.full(t.num_rows, -1, dtype=np.int8)

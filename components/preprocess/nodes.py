@@ -8,7 +8,9 @@ plus the id map.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -16,12 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from components import storage
-from components.config import NodeTableSpec, PreprocessSpec, SplitSpec
+from components.config import EdgeTableSpec, FeatureSpec, NodeTableSpec, PreprocessSpec, SplitSpec
 from components.errors import GnnflowError
 from components.preprocess.parts import PartWriter
 from components.runtime.runlog import progress, rate, timed
 from components.schema import NO_LABEL, SPLIT_CODES, NodeTypeSchema
 from components.tables import reading as tables
+from components.tables.bigquery_tables import base_uses, bigquery_chunks, check_table_columns, start_table_read
 from components.tables.transforms import (
     FittedFeatures,
     PerFileFitters,
@@ -33,21 +36,36 @@ from components.tables.transforms import (
     fit_label_vocabulary,
     label_values,
 )
+from components.warehouse.table_ref import BigQueryTable, is_bigquery_uri
+
+if TYPE_CHECKING:
+    from components.warehouse.reading import ReadSession
 
 log = logging.getLogger("gnnflow.preprocess")
 
 
 @dataclass(frozen=True)
 class TableSource:
-    """The files of one table and the typed columns read from them."""
+    """The files (or the BigQuery read session) of one table and the typed columns read from them."""
 
     uri: str
-    files: list[storage.Uri]
-    fmt: tables.TableFormat
+    files: list[storage.Uri]  # none for a BigQuery table
+    fmt: tables.TableFormat | None  # None: a BigQuery table
     column_types: dict[str, pa.DataType]
+    # A bq:// table: the one read session every pass reads, so each sees the same rows in the same order.
+    bigquery: ReadSession | None = None
+    key_columns: tuple[str, ...] = ()  # BigQuery: the columns that name a row in errors
 
-    def chunks(self, options: PreprocessSpec, file: int | None = None):
+    @property
+    def description(self) -> str:
+        """For logs: ``N file(s)`` or the ``bq://`` table."""
+        return self.uri if self.bigquery is not None else f"{len(self.files)} file(s)"
+
+    def chunks(self, options: PreprocessSpec, file: int | None = None) -> Iterator[tables.TableChunk]:
         """The table's chunks in order; only those of ``files[file]`` when ``file`` is given."""
+        if self.bigquery is not None:
+            return bigquery_chunks(self.bigquery, self.column_types, self.key_columns, options.parquet_batch_rows)
+        assert self.fmt is not None
         return tables.iter_chunks(
             self.files if file is None else [self.files[file]],
             self.column_types,
@@ -70,13 +88,30 @@ def open_table(uri: str, declared_format: str, base_columns: list[str], feature_
     needed = [*base_columns, *(c for g in groups for c in g)]
     for f, header in headers.items():
         tables.check_columns(f, header, needed)
+    return TableSource(uri, files, fmt, _column_types(uri, base_columns, feature_specs, groups)), groups
+
+
+def _column_types(
+    uri: str, base_columns: Sequence[str], feature_specs: Sequence[FeatureSpec], groups: list[list[str]]
+) -> dict[str, pa.DataType]:
+    """The Arrow type each needed column is read as; a column used twice is an error."""
     column_types: dict[str, pa.DataType] = {c: pa.string() for c in base_columns}
     for spec, group in zip(feature_specs, groups):
         for c in group:
             if c in column_types:
                 raise GnnflowError(f"{uri}: column '{c}' is used twice (as an id/label/split or in two feature groups)")
             column_types[c] = column_type(spec)
-    return TableSource(uri, files, fmt, column_types), groups
+    return column_types
+
+
+def open_bigquery_table(spec: NodeTableSpec | EdgeTableSpec, key_columns: tuple[str, ...]) -> tuple[TableSource, list[list[str]]]:
+    """Checks a ``bq://`` table's schema against ``spec`` and starts the read session of its
+    needed columns and ``row_filter``; rows are named by ``key_columns`` in errors."""
+    base = base_uses(spec)
+    checked = check_table_columns(spec.uri, base, spec.features)
+    column_types = _column_types(spec.uri, list(base), spec.features, checked.groups)
+    session = start_table_read(checked.table, list(column_types), spec.row_filter)
+    return TableSource(spec.uri, [], None, column_types, session, key_columns), checked.groups
 
 
 @dataclass(frozen=True)
@@ -95,8 +130,13 @@ def checked_node_ids(chunk: tables.TableChunk, id_column: str) -> pa.ChunkedArra
     """The chunk's node ids; an error naming file, row and column at the first empty one."""
     ids = chunk.table.column(id_column)
     if ids.null_count or pc.any(pc.equal(ids, "")).as_py():
-        empty = np.flatnonzero(np.asarray([v in (None, "") for v in ids.to_pylist()]))[0]
-        raise GnnflowError(f"{chunk.source}, row {chunk.first_row + empty}, column '{id_column}': empty node id")
+        empty = np.flatnonzero(np.asarray([v in (None, "") for v in ids.to_pylist()]))
+        if chunk.key_columns:  # BigQuery: the id is the row's only name, so say how to find such rows
+            raise GnnflowError(
+                f"{chunk.source}, column '{id_column}': NULL or empty node id in {len(empty)} row(s) of this chunk "
+                f"(find them with WHERE {id_column} IS NULL OR CAST({id_column} AS STRING) = '')"
+            )
+        raise GnnflowError(f"{chunk.source}, row {chunk.first_row + empty[0]}, column '{id_column}': empty node id")
     return ids
 
 
@@ -109,7 +149,7 @@ def empty_table_error(kind: str, uri: str) -> GnnflowError:
     return GnnflowError(f"{kind} table {uri} is empty: it has a header but no rows")
 
 
-def _row_of(position: int, boundaries: list[tuple[int, storage.Uri]]) -> str:
+def _row_of(position: int, boundaries: list[tuple[int, storage.Uri | BigQueryTable]]) -> str:
     """'file, row N' for a global row position, given (first position, file) per file."""
     start, uri = max(b for b in boundaries if b[0] <= position)
     return f"{uri}, row {position - start + 1}"
@@ -117,6 +157,8 @@ def _row_of(position: int, boundaries: list[tuple[int, storage.Uri]]) -> str:
 
 def open_node_table(spec: NodeTableSpec) -> tuple[TableSource, list[list[str]]]:
     """The node table's files with the id, label and split columns and its feature groups."""
+    if is_bigquery_uri(spec.uri):
+        return open_bigquery_table(spec, (spec.id_column,))
     base = [spec.id_column, *([spec.label_column] if spec.label_column else []), *([spec.split_column] if spec.split_column else [])]
     return open_table(spec.uri, spec.format, base, spec.features)
 
@@ -127,7 +169,7 @@ def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None)
     fitters = PerFileFitters(spec.features, groups)
     labels: set[str] = set()
     id_parts: list[pa.ChunkedArray] = []
-    boundaries: list[tuple[int, storage.Uri]] = []
+    boundaries: list[tuple[int, storage.Uri | BigQueryTable]] = []
     rows = 0
     with timed() as elapsed, progress(f"fit nodes[{spec.type}]") as bar:
         for chunk in source.chunks(options):
@@ -136,7 +178,7 @@ def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None)
             ids = checked_node_ids(chunk, spec.id_column)
             id_parts.append(ids)
             if reused is None:
-                fitters.update(chunk.table, str(chunk.source), chunk.first_row)
+                fitters.update(chunk)
             if spec.label_column:
                 labels |= label_values(chunk.table, spec.label_column)
             rows += chunk.table.num_rows
@@ -146,6 +188,8 @@ def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None)
     index = pd.Index(pa.chunked_array([c for part in id_parts for c in part.chunks], type=pa.string()).to_numpy(zero_copy_only=False))
     if not index.is_unique:
         dup = int(np.flatnonzero(index.duplicated())[0])
+        if source.bigquery is not None:  # its rows have no numbers to point at
+            raise GnnflowError(f"{spec.uri}, column '{spec.id_column}': duplicate node id {index[dup]!r} (in at least two rows)")
         first = int(np.flatnonzero(index == index[dup])[0])
         raise duplicate_id_error(index[dup], spec.id_column, _row_of(dup, boundaries), _row_of(first, boundaries))
     if reused is not None:
@@ -154,7 +198,7 @@ def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None)
     else:
         features = fitters.finish()
         vocabulary = fit_label_vocabulary(labels) if spec.label_column else None
-    log.info("nodes[%s]: %d rows in %d file(s), %s", spec.type, rows, len(source.files), rate(rows, elapsed[0]))
+    log.info("nodes[%s]: %d rows from %s, %s", spec.type, rows, source.description, rate(rows, elapsed[0]))
     return NodeFit(spec, source, features, vocabulary, index, reused is not None)
 
 
@@ -180,12 +224,12 @@ def encode_node_chunk(
     n = chunk.table.num_rows
     node_ids = np.arange(first_id, first_id + n, dtype=np.int64)
     columns: dict[str, pa.Array] = {"node_id": pa.array(node_ids)}
-    x = encode_features(chunk.table, features, str(chunk.source), chunk.first_row)
+    x = encode_features(chunk.table, features, chunk.row)
     if x.shape[1]:
         columns["features"] = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), x.shape[1])
     label = None
     if spec.label_column and vocabulary is not None:
-        label = encode_labels(chunk.table, spec.label_column, vocabulary, str(chunk.source), chunk.first_row)
+        label = encode_labels(chunk.table, spec.label_column, vocabulary, chunk.row)
         columns["label"] = pa.array(label)
     if split is not None:
         split_column = chunk.table.column(spec.split_column) if spec.split_column else None
@@ -194,7 +238,7 @@ def encode_node_chunk(
             split,
             split_column,
             label != NO_LABEL if label is not None else None,
-            (str(chunk.source), chunk.first_row, spec.split_column or ""),
+            (chunk.row, spec.split_column or ""),
         )
     else:
         codes = np.full(n, -1, dtype=np.int8)

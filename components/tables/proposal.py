@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +42,8 @@ from components.config import (
 )
 from components.errors import GnnflowError
 from components.tables import reading as tables
+from components.tables.bigquery_tables import bigquery_chunks, read_bigquery_header_and_sample, start_table_read
+from components.warehouse.table_ref import is_bigquery_uri, parse_table_uri
 
 ONE_HOT_MAX_VALUES = 32
 HASH_BUCKETS = 64
@@ -138,14 +140,25 @@ def feature_groups(
     return groups
 
 
+SAMPLE_ROWS = 1000
+
+
 def _sample(uri: str) -> tuple[list[str], pa.Table]:
+    """The header and the first rows: of the first file, or of a ``bq://`` table (its schema, one read stream)."""
+    if is_bigquery_uri(uri):
+        return read_bigquery_header_and_sample(uri, SAMPLE_ROWS)
     first = storage.expand_files(uri)[0]
     fmt = tables.file_format(first)
-    return tables.read_header(first, fmt), tables.read_sample(first, fmt)
+    return tables.read_header(first, fmt), tables.read_sample(first, fmt, SAMPLE_ROWS)
 
 
 def _check(uri: str, header: Sequence[str], columns: Sequence[str | None]) -> None:
-    tables.check_columns(storage.parse_uri(uri), header, [c for c in columns if c])
+    where = parse_table_uri(uri) if is_bigquery_uri(uri) else storage.parse_uri(uri)
+    tables.check_columns(where, header, [c for c in columns if c])
+
+
+def _canonical(uri: str) -> str:
+    return str(parse_table_uri(uri)) if is_bigquery_uri(uri) else str(storage.parse_uri(uri))
 
 
 def count_training_rows(
@@ -154,12 +167,20 @@ def count_training_rows(
     """Training rows of a node table (labelled ones) or an edge table (every row), counted file by
     file until ``enough``: rows whose split column holds ``split.train_value``, or all of them times
     the random split's training fraction."""
-    files = storage.expand_files(uri)
     columns = {c: pa.string() for c in (label_column, split_column) if c}
     share = 1.0 if split_column else split.train
-    chunks = tables.iter_chunks(
-        files, columns or None, tables.file_format(files[0]), block_bytes=reading.csv_block_bytes, batch_rows=reading.parquet_batch_rows
-    )
+    chunks: Iterator[tables.TableChunk]
+    if is_bigquery_uri(uri) and not columns:  # every row counts: the table's metadata has their number
+        from components.warehouse.reading import table_metadata
+
+        return share * (table_metadata(parse_table_uri(uri)).num_rows or 0)
+    if is_bigquery_uri(uri):
+        chunks = bigquery_chunks(start_table_read(parse_table_uri(uri), list(columns), None), columns, (), reading.parquet_batch_rows)
+    else:
+        files = storage.expand_files(uri)
+        chunks = tables.iter_chunks(
+            files, columns or None, tables.file_format(files[0]), block_bytes=reading.csv_block_bytes, batch_rows=reading.parquet_batch_rows
+        )
     count = 0.0
     for chunk in chunks:
         keep = pa.array(np.ones(chunk.table.num_rows, dtype=bool))
@@ -293,7 +314,7 @@ def propose_graph_config(
         node_specs.append(
             NodeTableSpec(
                 type=node.type,
-                uri=str(storage.parse_uri(node.uri)),
+                uri=_canonical(node.uri),
                 id_column=node.id_column,
                 label_column=node.label_column,
                 split_column=node.split_column,
@@ -308,7 +329,7 @@ def propose_graph_config(
         edge_specs.append(
             EdgeTableSpec(
                 type=edge.relation,
-                uri=str(storage.parse_uri(edge.uri)),
+                uri=_canonical(edge.uri),
                 src_column=edge.src_column,
                 dst_column=edge.dst_column,
                 src_type=edge.src_type,

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from components import storage
 from components.errors import GnnflowError
+from components.warehouse.table_ref import BigQueryTable, is_bigquery_uri, parse_table_uri
 
 if TYPE_CHECKING:
     from components.config import EdgeTableSpec, GraphSpec, NodeTableSpec
@@ -30,11 +31,24 @@ TableFormat = Literal["csv", "parquet"]
 
 @dataclass(frozen=True)
 class TableChunk:
-    """Consecutive rows of one file, holding only the requested columns with their types."""
+    """Consecutive rows of one file or BigQuery table, holding only the requested columns with their types."""
 
     table: pa.Table
-    source: storage.Uri
-    first_row: int  # 1-based number of the chunk's first data row within ``source``
+    source: storage.Uri | BigQueryTable
+    first_row: int  # 1-based number of the chunk's first data row within ``source`` (BigQuery: in the read's order)
+    # BigQuery rows have no numbers a user could look up: errors name them by these columns' values instead.
+    key_columns: tuple[str, ...] = ()
+
+    def row(self, i: int) -> str:
+        """Where the chunk's ``i``-th row (0-based) is, for an error: ``file, row N``, or for a
+        BigQuery table ``bq://..., the row where id = 'x'``."""
+        if not self.key_columns:
+            return f"{self.source}, row {self.first_row + i}"
+        keys = []
+        for name in self.key_columns:
+            value = self.table.column(name)[i].as_py()
+            keys.append(f"{name} is NULL" if value is None else f"{name} = {value!r}")
+        return f"{self.source}, the row where {' and '.join(keys)}"
 
 
 def file_format(uri: storage.Uri, declared: str = "auto") -> TableFormat:
@@ -85,13 +99,14 @@ def read_sample(uri: storage.Uri, fmt: TableFormat, rows: int = 1000) -> pa.Tabl
     raise GnnflowError(f"table {uri} is empty: it has a header but no rows")
 
 
-def check_columns(uri: storage.Uri, header: Sequence[str], needed: Sequence[str]) -> None:
-    """Errors naming the file and the first needed column the header lacks."""
+def check_columns(uri: storage.Uri | BigQueryTable, header: Sequence[str], needed: Sequence[str]) -> None:
+    """Errors naming the file (or BigQuery table) and the first needed column the header lacks."""
     present = set(header)
     for column in needed:
         if column not in present:
             shown = ", ".join(header[:12]) + (", ..." if len(header) > 12 else "")
-            raise GnnflowError(f"{uri}: missing column '{column}' (the file has: {shown})")
+            what = "table" if isinstance(uri, BigQueryTable) else "file"
+            raise GnnflowError(f"{uri}: missing column '{column}' (the {what} has: {shown})")
 
 
 def iter_chunks(
@@ -210,14 +225,22 @@ def _short(exc: BaseException) -> str:
 
 
 def tables_fingerprint(graph: GraphSpec) -> str:
-    """A short hash of every input file's version (size, mtime or GCS generation).
+    """A short hash of every input file's version (size, mtime or GCS generation), and of every
+    BigQuery table's (etag, modification time, row counts; its row filter).
 
-    It changes when a table file is added, removed or rewritten at the same URI, which is what
-    a pipeline's cache key and ``gnnflow run``'s up-to-date check need to notice new data.
+    It changes when a table file is added, removed or rewritten at the same URI, or a BigQuery
+    table's rows change, which is what a pipeline's cache key and ``gnnflow run``'s up-to-date
+    check need to notice new data.
     """
     digest = hashlib.sha256()
     tables: list[NodeTableSpec | EdgeTableSpec] = [*graph.nodes, *graph.edges]
     for table in tables:
+        if is_bigquery_uri(table.uri):
+            from components.warehouse.reading import table_version  # the BigQuery clients load only when needed
+
+            filtered = f"\twhere {table.row_filter}" if table.row_filter else ""
+            digest.update(f"{table.uri}\t{table_version(parse_table_uri(table.uri))}{filtered}\n".encode())
+            continue
         root = storage.parse_uri(table.uri)
         files = storage.expand_files(root)
         versions = {str(root): storage.version(root)} if files == [root] else storage.versions_below(root)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,13 @@ import pyarrow as pa
 from components.config import FeatureSpec, SplitSpec
 from components.errors import GnnflowError
 from components.schema import NO_LABEL, NO_SPLIT, SPLIT_CODES
+
+if TYPE_CHECKING:
+    from components.tables.reading import TableChunk
+
+# Where a chunk's i-th row is, for an error ("file, row N", or a BigQuery row named by its id):
+# ``TableChunk.row``.
+RowName = Callable[[int], str]
 
 NUMERIC_TRANSFORMS = ("standardize", "passthrough", "row_normalize")
 OTHER_CATEGORY = "<other>"
@@ -84,12 +92,12 @@ def _numeric_matrix(chunk: pa.Table, columns: Sequence[str]) -> np.ndarray:
     return out
 
 
-def _check_missing(bad: np.ndarray, columns: Sequence[str], source: str, first_row: int, what: str) -> None:
+def _check_missing(bad: np.ndarray, columns: Sequence[str], row_name: RowName, what: str) -> None:
     rows, cols = np.nonzero(bad)
     if len(rows):
         first = int(np.argmin(rows * len(columns) + cols))
         raise GnnflowError(
-            f"{source}, row {first_row + int(rows[first])}, column '{columns[cols[first]]}': {what} "
+            f"{row_name(int(rows[first]))}, column '{columns[cols[first]]}': {what} "
             f"({int(bad.sum())} such cells in this chunk; set on_missing: fill to replace them)"
         )
 
@@ -108,12 +116,12 @@ class FeatureFitter:
         self._sumsq = np.zeros(len(columns))
         self._categories: list[Counter[str]] = [Counter() for _ in columns]
 
-    def update(self, chunk: pa.Table, source: str, first_row: int) -> None:
+    def update(self, chunk: pa.Table, row_name: RowName) -> None:
         if self.spec.transform in NUMERIC_TRANSFORMS:
             x = _numeric_matrix(chunk, self.columns)
             bad = ~np.isfinite(x)
             if self.spec.on_missing == "error":
-                _check_missing(bad, self.columns, source, first_row, "missing, NaN or infinite value")
+                _check_missing(bad, self.columns, row_name, "missing, NaN or infinite value")
             x[bad] = self.spec.fill_value
             self._count += len(x)
             self._sum += x.sum(axis=0)
@@ -124,7 +132,7 @@ class FeatureFitter:
             missing = values.isna() | (values == "")
             if self.spec.on_missing == "error" and missing.any():
                 row = int(np.flatnonzero(missing.to_numpy())[0])
-                raise GnnflowError(f"{source}, row {first_row + row}, column '{name}': missing category value")
+                raise GnnflowError(f"{row_name(row)}, column '{name}': missing category value")
             if self.spec.transform == "one_hot":
                 self._categories[j].update(values[~missing].value_counts().to_dict())
 
@@ -165,13 +173,13 @@ class PerFileFitters:
     def new_file(self) -> list[FeatureFitter]:
         return [FeatureFitter(spec, columns) for spec, columns in zip(self._specs, self._groups)]
 
-    def update(self, chunk: pa.Table, source: str, first_row: int) -> None:
-        if first_row == 1:
+    def update(self, chunk: TableChunk) -> None:
+        if chunk.first_row == 1:
             self._fold()
             self._file = self.new_file()
         assert self._file is not None, "a file's first chunk must start at row 1"
         for fitter in self._file:
-            fitter.update(chunk, source, first_row)
+            fitter.update(chunk.table, chunk.row)
 
     def add_file(self, fitters: Sequence[FeatureFitter]) -> None:
         """Adds one whole file's statistics (the next file in order)."""
@@ -188,8 +196,8 @@ class PerFileFitters:
         return [fitter.finish() for fitter in self.total]
 
 
-def encode_features(chunk: pa.Table, groups: Sequence[FittedFeatures], source: str, first_row: int) -> np.ndarray:
-    """Feature matrix of a chunk: (rows, sum of group widths) float32."""
+def encode_features(chunk: pa.Table, groups: Sequence[FittedFeatures], row_name: RowName) -> np.ndarray:
+    """Feature matrix of a chunk: (rows, sum of group widths) float32; ``row_name`` names a row in errors."""
     parts = [np.zeros((chunk.num_rows, 0), dtype=np.float32)]
     for group in groups:
         spec = group.spec
@@ -197,7 +205,7 @@ def encode_features(chunk: pa.Table, groups: Sequence[FittedFeatures], source: s
             x = _numeric_matrix(chunk, group.columns)
             bad = ~np.isfinite(x)
             if spec.on_missing == "error":
-                _check_missing(bad, group.columns, source, first_row, "missing, NaN or infinite value")
+                _check_missing(bad, group.columns, row_name, "missing, NaN or infinite value")
             x[bad] = spec.fill_value
             if spec.transform == "standardize":
                 x = (x - np.asarray(group.means)) / np.asarray(group.stds)
@@ -211,7 +219,7 @@ def encode_features(chunk: pa.Table, groups: Sequence[FittedFeatures], source: s
             present = ~(values.isna() | (values == "")).to_numpy()
             if spec.on_missing == "error" and not present.all():
                 row = int(np.flatnonzero(~present)[0])
-                raise GnnflowError(f"{source}, row {first_row + row}, column '{name}': missing category value")
+                raise GnnflowError(f"{row_name(row)}, column '{name}': missing category value")
             if spec.transform == "one_hot":
                 cats = group.categories[j]  # type: ignore[index]
                 slot = pd.Categorical(values, categories=cats).codes.astype(np.int64)
@@ -240,7 +248,7 @@ def label_values(chunk: pa.Table, column: str) -> set[str]:
     return {v for v in chunk.column(column).to_pylist() if v not in (None, "")}
 
 
-def encode_labels(chunk: pa.Table, column: str, vocabulary: Sequence[str], source: str, first_row: int) -> np.ndarray:
+def encode_labels(chunk: pa.Table, column: str, vocabulary: Sequence[str], row_name: RowName) -> np.ndarray:
     """Class indices (rows,) int64; unlabeled rows get -1, a label outside the vocabulary is an error."""
     values = pd.Series(_strings(chunk, column))
     missing = (values.isna() | (values == "")).to_numpy()
@@ -248,9 +256,7 @@ def encode_labels(chunk: pa.Table, column: str, vocabulary: Sequence[str], sourc
     unknown = (codes < 0) & ~missing
     if unknown.any():
         row = int(np.flatnonzero(unknown)[0])
-        raise GnnflowError(
-            f"{source}, row {first_row + row}, column '{column}': label {values[row]!r} is not in the fitted vocabulary {list(vocabulary)}"
-        )
+        raise GnnflowError(f"{row_name(row)}, column '{column}': label {values[row]!r} is not in the fitted vocabulary {list(vocabulary)}")
     codes[missing] = NO_LABEL
     return codes
 
@@ -270,12 +276,12 @@ def encode_splits(
     spec: SplitSpec,
     column: pa.ChunkedArray | None,
     eligible: np.ndarray | None,
-    where: tuple[str, int, str] = ("", 1, ""),
+    where: tuple[RowName, str] | None = None,
 ) -> np.ndarray:
     """Split codes (rows,) int8: 0 train, 1 val, 2 test, -1 none.
 
-    From the split column when there is one (``where``: its file, first row and name, for the
-    error on a value that is neither a split nor one of ``none_values``); otherwise a seeded
+    From the split column when there is one (``where``: how to name a row, and the column's
+    name, for the error on a value that is neither a split nor one of ``none_values``); otherwise a seeded
     random split where each row's split depends only on its id, so it is the same however the
     table is chunked. Rows not ``eligible`` (e.g. unlabeled nodes) get no split.
     """
@@ -287,9 +293,9 @@ def encode_splits(
         unknown = (codes == NO_SPLIT) & ~np.isin(values, np.asarray(spec.none_values, dtype=object))
         if unknown.any():
             row = int(np.flatnonzero(unknown)[0])
-            source, first_row, name = where
+            row_name, name = where or ((lambda i: f"row {i + 1}"), "")
             raise GnnflowError(
-                f"{source}, row {first_row + row}, column '{name}': split value {values[row]!r} is not one of "
+                f"{row_name(row)}, column '{name}': split value {values[row]!r} is not one of "
                 f"{[spec.train_value, spec.val_value, spec.test_value]} nor of task.split.none_values {spec.none_values} "
                 f"({int(unknown.sum())} such rows in this chunk)"
             )

@@ -303,7 +303,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
         embeddings.restore_best()
     final: dict[str, float] = {"best_epoch": state.best_epoch, "epochs_run": state.next_epoch}
     final |= {f"val_{k}": v for k, v in task.evaluate(model, "val").items()}
-    final |= {f"test_{k}": v for k, v in task.evaluate(model, "test").items()}
+    if config.training.evaluate_test:  # off in tuning trials: selection must never see the test split
+        final |= {f"test_{k}": v for k, v in task.evaluate(model, "test").items()}
     task.shutdown()
     stop()
     watchdog.mark("publishing")

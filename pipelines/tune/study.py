@@ -1,0 +1,269 @@
+"""``gnnflow tune``: an Optuna study (seeded TPE) whose trials train on one shared data output.
+
+Preprocess, serialize and partition run once, under ``DIR/data``, through the local run's
+up-to-date checks (:func:`pipelines.local_run.run_steps`: a second study over the same config
+skips them). Each trial then runs only step train, into ``DIR/trials/NNN``, with its parameters
+applied as overrides and ``training.evaluate_test: false``: a trial's model has validation
+metrics only, and the study reads nothing else (its objective is the best epoch's validation
+metric, the one train's early stopping follows). A trial that fails (a combination the config
+refuses, a model that does not learn, a crash) is recorded with its error; the study fails only
+when every trial did. The result is published under ``DIR`` (:mod:`pipelines.tune.results`).
+
+``--parallel K`` runs K trials at once, each with ``resources.world_size`` workers and 1/K of
+the cores (``resources.threads.cores``), and is refused when K × world_size workers exceed the
+cores: an oversubscribed machine slows every trial, and distorts what they measure.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from components import storage
+from components.config import GnnflowConfig, apply_overrides, load_config
+from components.errors import GnnflowError
+from components.runtime.runlog import progress
+from components.runtime.threads import replica_cores
+from components.train.output import METRICS_FILE, VALIDATION_METRIC
+from components.train.step import train
+from pipelines.local_run import RunOutputs, run_steps
+from pipelines.tune.space import Param, SearchSpace, default_space, encode, load_space
+
+log = logging.getLogger("gnnflow.tune")
+
+DATA_STEPS = ("preprocess", "serialize", "partition")
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """What ``gnnflow tune`` was asked for (beside the config and output)."""
+
+    trials: int
+    parallel: int = 1
+    seed: int = 0
+    space: str | None = None  # a --space file; None: the default space of the task
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the study saw it: validation figures only."""
+
+    number: int
+    params: dict[str, Any]
+    metric: float | None  # the objective (None unless state is COMPLETE)
+    epochs_run: int | None
+    seconds: float
+    state: str  # COMPLETE or FAIL
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    output: storage.Uri
+    metric: str  # e.g. val_accuracy
+    space: SearchSpace
+    trials: list[TrialRecord]
+    best: TrialRecord
+    best_config: GnnflowConfig
+    data_ran: list[str]
+    data_skipped: list[str]
+
+
+@dataclass(frozen=True)
+class _Study:
+    """Everything a trial needs, fixed before the first one starts."""
+
+    base: GnnflowConfig
+    space: SearchSpace
+    partitions: storage.Uri
+    trials_root: storage.Uri
+    metric: str
+    options: TuneOptions
+    fixed: dict[str, object]  # overrides every trial gets
+
+
+def objective_metric(config: GnnflowConfig) -> str:
+    """The validation metric a study maximises: the one train selects its best epoch by."""
+    return f"val_{VALIDATION_METRIC[config.task.type]}"
+
+
+def check_parallel(config: GnnflowConfig, options: TuneOptions, cores: int) -> None:
+    """Refuses what cannot run well before any step: bad counts, or K trials that do not fit the cores."""
+    if options.trials < 1:
+        raise GnnflowError(f"--trials must be at least 1, got {options.trials}")
+    if options.parallel < 1:
+        raise GnnflowError(f"--parallel must be at least 1, got {options.parallel}")
+    if options.parallel > options.trials:
+        raise GnnflowError(f"--parallel {options.parallel} exceeds --trials {options.trials}")
+    workers = options.parallel * config.resources.world_size
+    if workers > cores:
+        raise GnnflowError(
+            f"--parallel {options.parallel} trials of resources.world_size {config.resources.world_size} worker(s) need "
+            f"{workers} cores, this machine has {cores}: lower --parallel (at most {max(1, cores // config.resources.world_size)})"
+        )
+
+
+def _fixed_overrides(config: GnnflowConfig, options: TuneOptions, cores: int) -> dict[str, object]:
+    fixed: dict[str, object] = {"training.evaluate_test": False}
+    if options.parallel > 1 and config.resources.threads.cores is None:
+        fixed["resources.threads.cores"] = max(1, cores // options.parallel)  # each trial its share, not every core
+    return fixed
+
+
+def _suggest(trial: Any, param: Param) -> Any:
+    if param.type in ("float", "int"):
+        low, high = param.bounds
+        if param.type == "int":
+            return trial.suggest_int(param.key, int(low), int(high), log=param.log)
+        return trial.suggest_float(param.key, low, high, log=param.log)
+    # Optuna stores categorical choices as plain values: lists (fan-outs) travel as their text.
+    texts = [encode(c) for c in param.choices]
+    return param.choices[texts.index(trial.suggest_categorical(param.key, texts))]
+
+
+def params_of(trial: Any, space: SearchSpace) -> dict[str, Any]:
+    """A finished trial's parameters as config values (categorical texts decoded)."""
+    values: dict[str, Any] = {}
+    for param in space.params:
+        if param.key not in trial.params:
+            continue
+        value = trial.params[param.key]
+        if param.type == "categorical":
+            value = param.choices[[encode(c) for c in param.choices].index(value)]
+        values[param.key] = value
+    return values
+
+
+def _shown(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={encode(v)}" for k, v in params.items())
+
+
+class _Objective:
+    """Trains one trial; Optuna calls it from K threads when ``--parallel K``."""
+
+    def __init__(self, study: _Study) -> None:
+        self.study = study
+        self.lock = threading.Lock()
+        self.best: tuple[float, int] | None = None
+        self.bar = progress("trials", unit="trials", total=study.options.trials)
+
+    def __call__(self, trial: Any) -> float:
+        s = self.study
+        params = {p.key: _suggest(trial, p) for p in s.space.params}
+        label = f"trial {trial.number} ({trial.number + 1}/{s.options.trials})"
+        log.info("%s: %s", label, _shown(params))
+        start = time.perf_counter()
+        try:
+            config = apply_overrides(s.base, {**params, **s.fixed}, f"trial {trial.number}")
+            output = s.trials_root.join(f"{trial.number:03d}")
+            storage.delete_prefix(output)  # no checkpoint or failure record of an earlier study's trial
+            published = train(config, s.partitions, output)
+            if published is None:
+                raise GnnflowError(f"{label}: train published nothing")
+            metrics = published.read_json(METRICS_FILE)
+            # Validation figures and the epoch count only: trials are trained with training.evaluate_test false,
+            # and any other key a model's metrics hold is not read for selection.
+            if s.metric not in metrics:
+                raise GnnflowError(f"{label}: the model's metrics lack {s.metric}")
+            value, epochs = float(metrics[s.metric]), int(metrics["epochs_run"])
+        except Exception as exc:
+            seconds = time.perf_counter() - start
+            trial.set_user_attr("seconds", round(seconds, 2))
+            trial.set_user_attr("error", " ".join(line.strip() for line in str(exc).splitlines()) or type(exc).__name__)
+            log.warning("%s failed after %.1f s: %s", label, seconds, trial.user_attrs["error"])
+            self._done()
+            raise
+        seconds = time.perf_counter() - start
+        trial.set_user_attr("seconds", round(seconds, 2))
+        trial.set_user_attr("epochs_run", epochs)
+        with self.lock:
+            if self.best is None or value > self.best[0]:
+                self.best = (value, trial.number)
+            best_value, best_number = self.best
+        log.info(
+            "%s: %s %.4f after %d epochs in %.1f s → %s; best so far %.4f (trial %d)",
+            label,
+            s.metric,
+            value,
+            epochs,
+            seconds,
+            output,
+            best_value,
+            best_number,
+        )
+        self._done()
+        return value
+
+    def _done(self) -> None:
+        with self.lock:
+            self.bar.update(1)
+
+
+def _records(study: Any, space: SearchSpace) -> list[TrialRecord]:
+    import optuna
+
+    records = []
+    for trial in study.trials:
+        complete = trial.state == optuna.trial.TrialState.COMPLETE
+        records.append(
+            TrialRecord(
+                number=trial.number,
+                params=params_of(trial, space),
+                metric=float(trial.value) if complete else None,
+                epochs_run=trial.user_attrs.get("epochs_run"),
+                seconds=float(trial.user_attrs.get("seconds", 0.0)),
+                state="COMPLETE" if complete else "FAIL",
+                error="" if complete else str(trial.user_attrs.get("error", "")),
+            )
+        )
+    return records
+
+
+def run_study(base: GnnflowConfig, output: storage.Uri, space: SearchSpace, options: TuneOptions) -> TuneResult:
+    """Runs the data steps once (or skips them), then the trials; publishes nothing (see :func:`tune`)."""
+    import optuna
+
+    cores = replica_cores()
+    check_parallel(base, options, cores)
+    data_root = output.join("data")
+    ran, skipped = run_steps(base, data_root, DATA_STEPS)
+    partitions = RunOutputs.under(data_root).partitions
+    metric = objective_metric(base)
+    study_setup = _Study(base, space, partitions, output.join("trials"), metric, options, _fixed_overrides(base, options, cores))
+    log.info(
+        "tune: %d trial(s), %d at a time, maximising %s over %s; data %s; trials → %s",
+        options.trials,
+        options.parallel,
+        metric,
+        space.source,
+        partitions,
+        study_setup.trials_root,
+    )
+    for param in space.params:
+        log.info("  %s", param.describe())
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # the study logs each trial itself, failures with their error
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=options.seed))
+    objective = _Objective(study_setup)
+    try:
+        study.optimize(objective, n_trials=options.trials, n_jobs=options.parallel, catch=(Exception,))
+    finally:
+        objective.bar.close()
+    records = _records(study, space)
+    complete = [r for r in records if r.state == "COMPLETE"]
+    if not complete:
+        raise GnnflowError(f"every one of the {len(records)} trial(s) failed; trial 0: {records[0].error}")
+    best = max(complete, key=lambda r: (r.metric, -r.number))  # ties: the earlier trial
+    best_config = apply_overrides(base, best.params, f"the best trial ({best.number})")
+    return TuneResult(output, metric, space, records, best, best_config, ran, skipped)
+
+
+def prepare(config_uri: str, overrides: dict[str, object], space_uri: str | None) -> tuple[GnnflowConfig, SearchSpace]:
+    """The config (with ``--set``) and the search space, both checked before any step runs."""
+    config = load_config(config_uri)
+    if overrides:
+        config = apply_overrides(config, overrides, "--set")
+    space = load_space(space_uri, config) if space_uri else default_space(config)
+    return config, space
