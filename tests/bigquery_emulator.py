@@ -26,6 +26,10 @@ from components.warehouse.clients import REST_EMULATOR_VARIABLE, STORAGE_EMULATO
 from tests.gcs_emulator import free_port
 
 PROJECT = "test-project"
+# The emulator sends up to 65,536 rows per Storage Read message whatever their width, and its gRPC
+# send limit follows the Write API's request cap (10 MiB): a wide table (CiteSeer's 3,706 columns)
+# overflows it. Real BigQuery sizes its messages itself; here the cap is raised.
+_SERVER_SETTINGS = {"BQEMU_WRITE_API_MAX_REQUEST_BYTES": str(256 * 1024 * 1024)}
 _STARTUP_ATTEMPTS = 3
 
 
@@ -83,7 +87,7 @@ class BigQueryEmulator:
             command += ["--log-level", "error"]
             self._process = subprocess.Popen(
                 command,
-                env={**os.environ, "HOME": self._home},
+                env={**os.environ, "HOME": self._home, **_SERVER_SETTINGS},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -42,8 +42,11 @@ def _read_client(emulator_host: str | None) -> BigQueryReadClient:
     if emulator_host:
         import grpc
 
-        # A local emulator is never behind the environment's proxy (grpc_proxy would apply).
-        channel = grpc.insecure_channel(emulator_host, options=[("grpc.enable_http_proxy", 0)])
+        # A local emulator is never behind the environment's proxy (grpc_proxy would apply); and
+        # like the client's own channel to Google, no cap on a message's size (a wide table's
+        # record batch is larger than gRPC's default 4 MiB).
+        options = [("grpc.enable_http_proxy", 0), ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        channel = grpc.insecure_channel(emulator_host, options=options)
         return BigQueryReadClient(transport=BigQueryReadGrpcTransport(channel=channel))
     return BigQueryReadClient()
 
