@@ -10,6 +10,7 @@ private HOME where DuckDB looks first. Clients reach it through the emulator var
 from __future__ import annotations
 
 import glob
+import io
 import os
 import shutil
 import subprocess
@@ -21,6 +22,10 @@ import urllib.request
 from types import TracebackType
 
 import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from google.cloud import bigquery
 
 from components.warehouse.clients import REST_EMULATOR_VARIABLE, STORAGE_EMULATOR_VARIABLE
 from tests.gcs_emulator import free_port
@@ -139,3 +144,21 @@ class BigQueryEmulator:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None) -> None:
         self.stop()
+
+
+def load_csv_table(client: bigquery.Client, table_id: str, csv_path: str) -> pd.DataFrame:
+    """A CSV file (string ``*_id``/label/split/src/dst columns, integer features) as a new BigQuery
+    table, by a Parquet load job as a user would load it; returns the rows as read."""
+    text_columns = {"node_id": str, "label": str, "split": str, "src": str, "dst": str}
+    frame = pd.read_csv(csv_path, dtype=text_columns)
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    schema = [bigquery.SchemaField(f.name, "STRING" if pa.types.is_string(f.type) else "INT64") for f in table.schema]
+    client.create_table(bigquery.Table(table_id, schema=schema))
+    parquet = io.BytesIO()
+    pq.write_table(table, parquet)
+    parquet.seek(0)
+    config = bigquery.LoadJobConfig(source_format=bigquery.SourceFormat.PARQUET, schema=schema, write_disposition="WRITE_APPEND")
+    client.load_table_from_file(parquet, table_id, job_config=config).result(timeout=300)
+    if client.get_table(table_id).num_rows != len(frame):
+        raise BigQueryEmulatorError(f"loading {csv_path} into {table_id} gave {client.get_table(table_id).num_rows} rows, not {len(frame)}")
+    return frame

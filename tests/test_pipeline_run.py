@@ -1,5 +1,5 @@
-"""``gnnflow run``: the whole DAG on this machine, the demo and CiteSeer on gs:// (emulator), and
-re-runs that skip what is up to date."""
+"""``gnnflow run``: the whole DAG on this machine, the demo, CiteSeer from BigQuery through gs:// back to
+BigQuery (emulators), and re-runs that skip what is up to date."""
 
 from __future__ import annotations
 
@@ -12,14 +12,17 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from components import storage
+from components.warehouse.clients import bigquery_client
 from pipelines.cli import main as gnnflow
 from pipelines.local_run import STATE_FILE
+from tests.bigquery_emulator import load_csv_table
 from tests.shared_datasets import citeseer_test_chance
 from tests.small_graphs import demo_chance
 from tests.test_citeseer import CITESEER, needs_citeseer
@@ -137,15 +140,22 @@ def test_run_rejects_a_bad_override_before_any_step(tmp_path, capsys):
 
 @pytest.mark.slow
 @needs_citeseer
-def test_citeseer_end_to_end_on_gcs(gcs_bucket, tmp_path, capsys):
-    for name in ("nodes.csv.gz", "edges.csv.gz"):
-        storage.upload_file(CITESEER / name, f"gs://{gcs_bucket}/raw/{name}")
+def test_citeseer_from_bigquery_through_gcs_back_to_bigquery(gcs_bucket, bigquery_emulator, tmp_path, capsys):
+    """The warehouse round trip on a real graph: CiteSeer's tables in BigQuery, the config and every
+    step's output on gs://, embeddings and predictions back in BigQuery under CiteSeer's ids."""
+    project = bigquery_emulator.project
+    client = bigquery_client(project)
+    source, results = f"citeseer_{gcs_bucket[-8:]}", f"results_{gcs_bucket[-8:]}"
+    client.create_dataset(source)
+    client.create_dataset(results)
+    nodes = load_csv_table(client, f"{project}.{source}.nodes", str(CITESEER / "nodes.csv.gz"))
+    load_csv_table(client, f"{project}.{source}.edges", str(CITESEER / "edges.csv.gz"))
     raw = json.loads(json.dumps(NODE_CLASSIFICATION))
-    raw["graph"]["nodes"][0]["uri"] = f"gs://{gcs_bucket}/raw/nodes.csv.gz"
-    raw["graph"]["edges"][0]["uri"] = f"gs://{gcs_bucket}/raw/edges.csv.gz"
-    raw["output"] = {"root": f"gs://{gcs_bucket}/runs"}
+    raw["graph"]["nodes"][0]["uri"] = f"bq://{project}.{source}.nodes"  # features f* expand from the table's schema
+    raw["graph"]["edges"][0]["uri"] = f"bq://{project}.{source}.edges"
+    raw["output"] = {"root": f"gs://{gcs_bucket}/runs", "bigquery": f"{project}.{results}"}
     # What this adds to tests/test_train.py (which trains the same config to the accuracy figure)
-    # is every step on gs://: a short run, scored against chance below.
+    # is every step on gs:// between two warehouse ends: a short run, scored against chance below.
     raw["training"] |= {"epochs": 20, "early_stopping_patience": None}
     config = f"gs://{gcs_bucket}/config.yaml"
     storage.write_text(config, yaml.safe_dump(raw))
@@ -156,9 +166,19 @@ def test_citeseer_end_to_end_on_gcs(gcs_bucket, tmp_path, capsys):
     metrics = storage.open_published(f"{root}/report").read_json("metrics.json")
     chance = citeseer_test_chance()  # always answering the commonest test class
     assert metrics["test_count"] == 1000 and metrics["test_accuracy"] >= 2 * chance, (metrics, chance)
-    assert f"{root}/report/gen-" in out and "report.html" in out
+    assert f"{root}/report/gen-" in out and "report.html" in out and f"{root}/export" in out
     embeddings = storage.open_published(f"{root}/embeddings")
     table = pd.concat(pq.read_table(io.BytesIO(embeddings.read_bytes(f))).to_pandas() for f in embeddings.files_under("embeddings/paper"))
-    originals = pd.read_csv(CITESEER / "nodes.csv.gz", usecols=["node_id"], dtype=str)["node_id"]
-    assert len(table) == 3327 and set(table["node_id"].astype(str)) == set(originals)
+    assert len(table) == 3327 and set(table["node_id"].astype(str)) == set(nodes["node_id"])
     assert len(table["embedding"].iloc[0]) == 64
+
+    exported = pd.DataFrame(dict(row) for row in client.list_rows(f"{project}.{results}.paper_embeddings"))
+    assert len(exported) == 3327 and set(exported["node_id"]) == set(nodes["node_id"])
+    assert list(exported["run_id"].unique()) == [embeddings.manifest.generation]
+    published = table.set_index(table["node_id"].astype(str))["embedding"]
+    first = exported.iloc[0]
+    assert np.array_equal(np.float32(first["embedding"]), published[first["node_id"]])
+    predictions = pd.DataFrame(dict(row) for row in client.list_rows(f"{project}.{results}.paper_predictions"))
+    test = nodes[nodes["split"] == "test"].set_index("node_id")["label"]
+    read_back = float((predictions.set_index("node_id")["prediction"].reindex(test.index) == test).mean())
+    assert abs(read_back - metrics["test_accuracy"]) < 1e-6, (read_back, metrics)
