@@ -32,7 +32,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-_NOT_WORKERS = ("resource_tracker", "fake-gcs-server")
+_NOT_WORKERS = ("resource_tracker", "fake-gcs-server", "bqemulator")
 
 
 def _fork_server(process: psutil.Process) -> bool:
@@ -44,7 +44,7 @@ def _children() -> list[psutil.Process]:
     """This process's descendants, less those no worker started.
 
     Multiprocessing's resource tracker and the launcher's fork server are started once per
-    process and live as long as it does; the session's GCS emulator belongs to the test session.
+    process and live as long as it does; the session's GCS and BigQuery emulators belong to the test session.
     Processes that are gone, or dead and not yet reaped (zombies), are not running: not counted.
     """
     running = []
