@@ -1,5 +1,5 @@
 """The ``gnnflow`` command: ``init-config``, ``step NAME ...``, ``run``, ``compile``, ``submit``, ``schedule``,
-``local-job`` and ``vector-index``."""
+``local-job``, ``tune`` and ``vector-index``."""
 
 from __future__ import annotations
 
