@@ -167,8 +167,13 @@ def build_pipeline(
 
 def compile_pipeline(package_path: str, image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None = None, export: bool = False) -> None:
     """Writes the pipeline spec (KFP IR YAML) to ``package_path``, a local path or ``gs://`` URI."""
+    write_package(build_pipeline(image, resources, export), package_path)
+
+
+def write_package(pipeline: Callable[..., object], package_path: str) -> None:
+    """Compiles ``pipeline`` into its spec (KFP IR YAML) at ``package_path``, a local path or ``gs://`` URI
+    (compiled into a local file, then uploaded)."""
     target = storage.parse_uri(package_path)
-    pipeline = build_pipeline(image, resources, export)
     if isinstance(target, storage.LocalUri):
         os.makedirs(os.path.dirname(target.path) or ".", exist_ok=True)
         compiler.Compiler().compile(pipeline, target.path)

@@ -15,22 +15,19 @@ and ``gnnflow schedule`` send it like the main pipeline; ``infer_mode`` is not u
 """
 
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kfp import compiler, dsl
+from kfp import dsl
 from kfp.dsl import Dataset, Input
 
-from components import storage
 from components.config import GnnflowConfig, StepName
 from components.config.resources import MULTI_WORKER_STEPS
 from components.errors import GnnflowError
 from components.partition.component import build_component as partition_component
 from components.preprocess.component import build_component as preprocess_component
 from components.serialize.component import build_component as serialize_component
-from pipelines.dag import DEFAULT_IMAGE, RETRIED_STEPS, RETRY, apply_requests
+from pipelines.dag import DEFAULT_IMAGE, RETRIED_STEPS, RETRY, apply_requests, write_package
 from pipelines.tune import vertex
 from pipelines.tune.space import SearchSpace
 from pipelines.tune.study import objective_metric
@@ -115,13 +112,4 @@ def compile_tuning_pipeline(
     package_path: str, config: GnnflowConfig, space: SearchSpace, options: TuningOptions, image: str = DEFAULT_IMAGE
 ) -> None:
     """Writes the tuning pipeline's spec (KFP IR YAML) to ``package_path``, a local path or ``gs://`` URI."""
-    pipeline = build_tuning_pipeline(config, space, options, image)
-    target = storage.parse_uri(package_path)
-    if isinstance(target, storage.LocalUri):
-        os.makedirs(os.path.dirname(target.path) or ".", exist_ok=True)
-        compiler.Compiler().compile(pipeline, target.path)
-        return
-    with tempfile.TemporaryDirectory() as folder:
-        local = os.path.join(folder, "tuning.yaml")
-        compiler.Compiler().compile(pipeline, local)
-        storage.upload_file(local, target)
+    write_package(build_tuning_pipeline(config, space, options, image), package_path)
