@@ -240,3 +240,28 @@ def test_default_space_follows_the_task_and_the_model(tiny_config):
     assert space.keys[-2:] == ["training.negative_ratio", "model.decoder"]
     widths = next(p for p in space.params if p.key == "model.hidden_channels").choices
     assert widths == (33, 63, 129, 255)  # multiples of the 3 heads, nearest to 32, 64, 128, 256
+
+
+def test_a_bigquery_column_of_the_wrong_type_is_refused_before_the_data_steps(tmp_path, bigquery_dataset, capsys, caplog):
+    from components.warehouse.clients import bigquery_client
+
+    project = bigquery_dataset.split(".")[0]
+    bigquery_client(project).query(
+        f"CREATE TABLE `{bigquery_dataset}.papers` AS SELECT 'p1' AS paper_id, 'text' AS score UNION ALL SELECT 'p2', 'more'"
+    ).result()
+    bigquery_client(project).query(f"CREATE TABLE `{bigquery_dataset}.cites` AS SELECT 'p1' AS src, 'p2' AS dst").result()
+    raw = {
+        "graph": {
+            "nodes": [
+                {"type": "paper", "uri": f"bq://{bigquery_dataset}.papers", "id_column": "paper_id", "features": [{"columns": ["score"]}]}
+            ],
+            "edges": [{"type": "cites", "uri": f"bq://{bigquery_dataset}.cites", "src_type": "paper", "dst_type": "paper"}],
+        },
+        "task": {"type": "link_prediction"},
+    }
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "study"
+    assert gnnflow(["tune", "--config", str(config), "--output", str(out), "--trials", "2"]) == 2
+    assert "column 'score' is STRING, but the config uses it as the numeric feature" in capsys.readouterr().err
+    assert not any("==> preprocess" in record.getMessage() for record in caplog.records), "preprocess started"

@@ -27,6 +27,7 @@ from components.config import GnnflowConfig, apply_overrides, load_config
 from components.errors import GnnflowError
 from components.runtime.runlog import progress
 from components.runtime.threads import replica_cores
+from components.tables.bigquery_tables import check_bigquery_inputs
 from components.train.output import METRICS_FILE, VALIDATION_METRIC
 from components.train.step import train
 from pipelines.local_run import RunOutputs, run_steps
@@ -228,6 +229,7 @@ def run_study(base: GnnflowConfig, output: storage.Uri, space: SearchSpace, opti
 
     cores = replica_cores()
     check_parallel(base, options, cores)
+    check_bigquery_inputs(base)  # bq:// tables' columns and types, before the data steps start
     data_root = output.join("data")
     ran, skipped = run_steps(base, data_root, DATA_STEPS)
     partitions = RunOutputs.under(data_root).partitions
