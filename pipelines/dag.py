@@ -36,12 +36,12 @@ With runner vertex, their task requests do not apply (the task only launches the
 import os
 import tempfile
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import yaml
 from kfp import compiler, dsl
 from kfp.dsl import HTML, Artifact, Dataset, Metrics, Model
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from components import storage
 from components.config import OutputSpec, ResourcesSpec, StepName, TaskRequests
@@ -186,20 +186,20 @@ def write_package(pipeline: Callable[..., object], package_path: str) -> None:
 
 def load_exports(uri: str) -> bool:
     """Whether a config file's ``output`` section asks for the export step (compile time, like resources)."""
-    source = storage.parse_uri(uri)
-    try:
-        raw = yaml.safe_load(storage.read_text(source))
-    except yaml.YAMLError as exc:
-        raise GnnflowError(f"config {source} is not valid YAML: {exc}") from exc
-    section = raw.get("output") if isinstance(raw, dict) else None
-    try:
-        return OutputSpec.model_validate(section or {}).exports
-    except ValidationError as exc:
-        raise GnnflowError(f"invalid config {source}: key 'output': {exc.errors()[0]['msg']}") from None
+    return _config_section(uri, "output", OutputSpec).exports
 
 
 def load_resources(uri: str) -> ResourcesSpec:
     """The ``resources`` section of a config file (a whole config, or one holding only that section)."""
+    return _config_section(uri, "resources", ResourcesSpec)
+
+
+_Section = TypeVar("_Section", bound=BaseModel)
+
+
+def _config_section(uri: str, name: str, model: type[_Section]) -> _Section:
+    """One section of a config file, validated alone (compile time reads no other section); errors
+    name each key under ``name``."""
     source = storage.parse_uri(uri)
     try:
         raw = yaml.safe_load(storage.read_text(source))
@@ -209,12 +209,11 @@ def load_resources(uri: str) -> ResourcesSpec:
         raw = {}
     if not isinstance(raw, dict):
         raise GnnflowError(f"config {source} must be a YAML mapping, got {type(raw).__name__}")
-    section = raw.get("resources") or {}
     try:
-        return ResourcesSpec.model_validate(section)
+        return model.model_validate(raw.get(name) or {})
     except ValidationError as exc:
         lines = [f"invalid config {source}:"]
         for error in exc.errors():
-            key = ".".join(str(part) for part in ("resources", *error["loc"]))
+            key = ".".join(str(part) for part in (name, *error["loc"]))
             lines.append(f"  key '{key}': {'unknown key' if error['type'] == 'extra_forbidden' else error['msg']}")
         raise GnnflowError("\n".join(lines)) from None
