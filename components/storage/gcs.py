@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO, TypeVar
 
 from google.api_core import exceptions as api_exceptions
-from google.cloud import storage as gcs  # type: ignore[attr-defined]  # a namespace package mypy does not resolve
+from google.cloud import storage as gcs  # type: ignore[attr-defined, unused-ignore]  # resolved or not, by mypy cache state
 from google.cloud.storage.retry import DEFAULT_RETRY
 
 from components.errors import GnnflowError
