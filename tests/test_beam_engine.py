@@ -71,23 +71,18 @@ def citeseer_config(nodes: str, edges: str) -> GnnflowConfig:
 
 
 @citeseer
-def test_citeseer_local_paths(tmp_path):
+def test_citeseer_on_gcs(tmp_path, gcs_bucket):
+    """Both engines on CiteSeer read from gs:// (the local-path reading is the other tests' small graphs)."""
     import pandas as pd
 
-    config = citeseer_config(str(CITESEER / "nodes.csv.gz"), str(CITESEER / "edges.csv.gz"))
-    _, ser_beam = run_both(config, str(tmp_path))
-    csv = pd.read_csv(CITESEER / "nodes.csv.gz", dtype={"node_id": str, "label": str, "split": str})
-    check_citeseer(ser_beam, csv, tmp_path / "read", row_normalized=True)  # per original id: features, label, split; edges
-
-
-@citeseer
-def test_citeseer_on_gcs(tmp_path, gcs_bucket):
     raw = f"gs://{gcs_bucket}/raw"
     storage.upload_file(CITESEER / "nodes.csv.gz", f"{raw}/nodes.csv.gz")
     storage.upload_file(CITESEER / "edges.csv.gz", f"{raw}/edges.csv.gz")
     ser_local, ser_beam = run_both(citeseer_config(f"{raw}/nodes.csv.gz", f"{raw}/edges.csv.gz"), f"gs://{gcs_bucket}/run")
     assert str(ser_beam.root) == f"gs://{gcs_bucket}/run/beam/tfrecords"
     assert ser_beam.manifest.counts == {"nodes.node": 3327, "edges.node__edge__node": 4552}
+    csv = pd.read_csv(CITESEER / "nodes.csv.gz", dtype={"node_id": str, "label": str, "split": str})
+    check_citeseer(ser_beam, csv, tmp_path / "read", row_normalized=True)  # per original id: features, label, split; edges
 
 
 def write_sharded_graph(folder: pathlib.Path, seed: int = 0) -> dict:

@@ -91,7 +91,7 @@ def published_state(published: storage.PublishedOutput) -> tuple[dict, list[dict
 
 
 @needs_citeseer
-@pytest.mark.parametrize("world_size", [1, 2])
+@pytest.mark.parametrize("world_size", [2])  # one worker is the same seeding without the all-reduce
 def test_repeated_runs_are_identical(tmp_path, citeseer_partitions, world_size):
     # Same config and world size: the same batches, neighbours, dropout masks and all-reduced
     # gradients, so the same metrics and weights bit for bit (sampling.RPC_THREADS).
