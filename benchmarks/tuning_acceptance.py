@@ -1,11 +1,12 @@
 """Issue 25's tuning acceptance on CiteSeer (standard split, 2 workers): does `gnnflow tune` beat the
 untuned `gnnflow init-config` proposal by at least 1 point of test accuracy?
 
-    .venv/bin/python benchmarks/tuning_acceptance.py [--trials 12] [--seed 0] [--seeds 0 1 2] [--output DIR]
+    .venv/bin/python benchmarks/tuning_acceptance.py [--trials 12] [--repeats 1] [--seed 0] [--seeds 0 1 2] [--output DIR]
 
 1. The study: the proposal (benchmarks/citeseer_acceptance.py's ``sampled_config``) tuned over the
    default node-classification space (learning rate, hidden width, dropout, weight decay,
-   fan-outs) with Optuna's seeded TPE, ``--trials`` trials, selected on validation accuracy only
+   fan-outs) with Optuna's seeded TPE, ``--trials`` trials (each trained ``--repeats`` times with
+   consecutive seeds and scored by the mean), selected on validation accuracy only
    (trials never evaluate the test split), through the same code as ``gnnflow tune``; published
    under DIR (trials.csv, best_config.yaml, tuning.html).
 2. Only then: the best config and the untuned proposal each retrained with ``--seeds`` on the
@@ -56,6 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0, help="the TPE sampler's seed")
+    parser.add_argument("--repeats", type=int, default=1, help="trainings per trial (gnnflow tune --repeats)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="training seeds of the retrainings")
     parser.add_argument("--output", default="/tmp/gnnflow-tuning-acceptance", help="study folder (kept for inspection)")
     args = parser.parse_args()
@@ -64,7 +66,7 @@ def main() -> None:
     base = sampled_config()
     out = storage.parse_uri(pathlib.Path(args.output))
     space = default_space(base)
-    result = run_study(base, out, space, TuneOptions(trials=args.trials, seed=args.seed))
+    result = run_study(base, out, space, TuneOptions(trials=args.trials, seed=args.seed, repeats=args.repeats))
     publish(result)
     tuned_at = time.perf_counter() - start
     print(f"study published under {out} after {tuned_at:.0f} s; best trial {result.best.number}: {result.best.metric:.4f}", flush=True)

@@ -83,7 +83,7 @@ def study(tiny_config: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -
 
 def test_trials_table_records_each_trial_with_its_validation_metric_and_the_failed_one_with_its_error(study):
     rows = study["rows"]
-    assert list(rows[0]) == ["trial", *SPACE, METRIC, "epochs_run", "seconds", "state", "error"]  # no test column
+    assert list(rows[0]) == ["trial", *SPACE, METRIC, f"{METRIC}_per_seed", "epochs_run", "seconds", "state", "error"]  # no test column
     assert [r["trial"] for r in rows] == ["0", "1", "2"]
     assert [r["state"] for r in rows] == ["COMPLETE", "FAIL", "COMPLETE"]
     assert [(r["model.hidden_channels"], r["model.attention_heads"]) for r in rows] == [("48", "1"), ("16", "3"), ("48", "1")]
@@ -94,6 +94,7 @@ def test_trials_table_records_each_trial_with_its_validation_metric_and_the_fail
         row, metrics = rows[n], study["model_metrics"][n]
         assert float(row[METRIC]) == pytest.approx(metrics[METRIC], rel=1e-5)
         assert row["epochs_run"] == "3" and row["error"] == ""
+        assert float(row[f"{METRIC}_per_seed"]) == float(row[METRIC])  # one training per trial
         assert 0.005 <= float(row["training.learning_rate"]) <= 0.05
 
 
@@ -197,6 +198,29 @@ def test_parallel_trials_must_fit_the_cores(tiny_config):
         check_parallel(config, TuneOptions(trials=4, parallel=5), cores=8)
     with pytest.raises(GnnflowError, match="--trials must be at least 1"):
         check_parallel(config, TuneOptions(trials=0), cores=8)
+    with pytest.raises(GnnflowError, match="--repeats must be at least 1, got 0"):
+        check_parallel(config, TuneOptions(trials=1, repeats=0), cores=8)
+
+
+def test_repeats_score_a_trial_by_the_mean_of_its_seeds(tiny_config, tmp_path):
+    """--repeats 2: the trial trains with training.seed and seed + 1, each under its own folder, and
+    its metric is their mean (a different draw per seed: both models are trained, not one twice)."""
+    out = tmp_path / "study"
+    space = _write_space(tmp_path, {"training.learning_rate": SPACE["training.learning_rate"]})
+    argv = ["tune", "--config", str(tiny_config), "--output", str(out), "--trials", "1", "--space", str(space), "--repeats", "2"]
+    assert gnnflow(argv) == 0
+    seed = load_config(str(tiny_config)).training.seed
+    per_seed = []
+    for s in (seed, seed + 1):
+        model = storage.open_published(out / "trials" / "000" / f"seed-{s}", step="train")
+        assert yaml.safe_load(model.read_bytes("config.resolved.yaml"))["training"]["seed"] == s
+        per_seed.append(model.read_json("metrics.json")[METRIC])
+    (row,) = csv.DictReader(io.StringIO((out / "trials.csv").read_text()))
+    assert [float(v) for v in row[f"{METRIC}_per_seed"].split()] == pytest.approx(per_seed, rel=1e-5)
+    assert float(row[METRIC]) == pytest.approx(sum(per_seed) / 2, rel=1e-5)
+    assert json.loads(storage.open_published(out, step="tune").read_bytes("study.json"))["trials"][0]["seed_values"] == pytest.approx(
+        per_seed
+    )
 
 
 def test_train_writes_the_hypertune_metrics_file_with_trial_parameters_as_overrides(study, tmp_path, monkeypatch):

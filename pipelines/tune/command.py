@@ -1,4 +1,4 @@
-"""``gnnflow tune --config C --output DIR --trials N [--space S] [--parallel K] [--seed SEED] [--set KEY=VALUE ...]``."""
+"""``gnnflow tune --config C --output DIR --trials N [--space S] [--parallel K] [--repeats R] [--seed SEED] [--set KEY=VALUE ...]``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def _tune(args: argparse.Namespace) -> None:
     from pipelines.tune.results import BEST_CONFIG, PAGE, TRIALS_CSV, publish
     from pipelines.tune.study import TuneOptions, prepare, run_study
 
-    options = TuneOptions(trials=args.trials, parallel=args.parallel, seed=args.seed, space=args.space)
+    options = TuneOptions(trials=args.trials, parallel=args.parallel, seed=args.seed, space=args.space, repeats=args.repeats)
     config, space = prepare(args.config, parse_set(args.set), args.space)  # every key checked before any step runs
     output = storage.parse_uri(args.output)
     result = run_study(config, output, space, options)
@@ -52,6 +52,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument("--parallel", type=int, default=1, help="trials at once, each with resources.world_size workers (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the TPE sampler (default 0)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="trainings per trial, with training.seed + 0..R-1, scored by their mean validation metric: steadier "
+        "selection on small validation splits, R times the cost (default 1)",
+    )
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field for every trial (repeatable)"
     )

@@ -3,7 +3,8 @@
 The result is a published output like any step's (``DIR/manifest.json``, step ``tune``, naming a
 generation folder that holds every file)::
 
-    trials.csv          trial, each parameter, the validation metric, epochs_run, seconds, state, error
+    trials.csv          trial, each parameter, the validation metric (the mean of --repeats seeds), the
+                        metric per seed, epochs_run, seconds, state, error
     best_config.yaml    the config with the best trial's parameters: gnnflow run --config accepts it
     trials.png          the metric of every trial and the best so far (640 × 400)
     tuning.html         the plot, the best trial, the space and the trials table in one page
@@ -49,11 +50,11 @@ def trials_csv(result: TuneResult) -> str:
     keys = result.space.keys
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["trial", *keys, result.metric, "epochs_run", "seconds", "state", "error"])
+    writer.writerow(["trial", *keys, result.metric, f"{result.metric}_per_seed", "epochs_run", "seconds", "state", "error"])
     for t in result.trials:
-        writer.writerow(
-            [t.number, *(_cell(t.params.get(k)) for k in keys), _cell(t.metric), _cell(t.epochs_run), f"{t.seconds:.1f}", t.state, t.error]
-        )
+        per_seed = " ".join(f"{m:.6g}" for m in t.seed_metrics)
+        metrics = [_cell(t.metric), per_seed, _cell(t.epochs_run)]
+        writer.writerow([t.number, *(_cell(t.params.get(k)) for k in keys), *metrics, f"{t.seconds:.1f}", t.state, t.error])
     return buffer.getvalue()
 
 
@@ -128,6 +129,7 @@ def study_json(result: TuneResult) -> dict[str, Any]:
         "best_params": result.best.params,
         "trials": [
             {"number": t.number, "params": t.params, "value": t.metric, "epochs_run": t.epochs_run, "seconds": t.seconds, "state": t.state}
+            | {"seed_values": list(t.seed_metrics)}
             | ({"error": t.error} if t.error else {})
             for t in result.trials
         ],
