@@ -20,7 +20,7 @@ from components.tables.proposal import propose_config
 from components.train import __main__ as train_main
 from pipelines.cli import main as gnnflow
 from pipelines.tune.space import default_space
-from pipelines.tune.study import TuneOptions, check_parallel
+from pipelines.tune.study import TuneOptions, check_parallel, startup_trials, tpe_sampler
 
 pytestmark = pytest.mark.multiworker
 
@@ -200,6 +200,13 @@ def test_parallel_trials_must_fit_the_cores(tiny_config):
         check_parallel(config, TuneOptions(trials=0), cores=8)
     with pytest.raises(GnnflowError, match="--repeats must be at least 1, got 0"):
         check_parallel(config, TuneOptions(trials=1, repeats=0), cores=8)
+
+
+def test_the_sampler_guides_most_of_a_short_study():
+    """Optuna's default of 10 random startup trials would leave a 12-trial study 2 guided ones."""
+    assert [startup_trials(n) for n in (1, 3, 9, 12, 30, 100)] == [3, 3, 3, 4, 10, 10]
+    sampler = tpe_sampler(TuneOptions(trials=12, seed=7))
+    assert sampler._n_startup_trials == 4 and sampler._multivariate is True
 
 
 def test_repeats_score_a_trial_by_the_mean_of_its_seeds(tiny_config, tmp_path):
