@@ -191,6 +191,22 @@ def test_init_config_leaves_out_near_unique_text_and_hashes_many_values(tmp_path
     assert yaml.safe_load(config.to_yaml())["task"]["type"] == "node_classification"
 
 
+def test_init_config_samples_a_wide_table_beyond_its_first_block(tmp_path):
+    """A row of 2,000 word columns is about 4 KB: the first 1 MiB block holds some 250 rows, and
+    the empty venue of row 600 is still within the 1,000-row sample, so the proposal fills it
+    instead of proposing a config whose preprocess fails on that row."""
+    words = ",".join(["0"] * 1999)
+    rows = "".join(f"n{i},{'' if i == 600 else f'v{i % 3}'},1,{words}\n" for i in range(900))
+    header = "id,venue," + ",".join(f"w{j}" for j in range(2000))
+    (tmp_path / "n.csv").write_text(header + "\n" + rows)
+    (tmp_path / "e.csv").write_text("a,b\nn1,n2\n")
+    config = propose_config(
+        str(tmp_path / "n.csv"), str(tmp_path / "e.csv"), id_column="id", src_column="a", dst_column="b", task="link_prediction"
+    )
+    venue = next(g for g in config.graph.nodes[0].features if g.columns == ["venue"])
+    assert (venue.transform, venue.on_missing) == ("one_hot", "fill")
+
+
 def test_init_config_proposes_the_no_split_values_it_sees(tmp_path):
     (tmp_path / "n.csv").write_text(
         "id,label,fold,x\n" + "".join(f"n{i},c{i % 2},{['train', 'val', 'test', 'unused', ''][i % 5]},{i}\n" for i in range(50))
