@@ -39,15 +39,18 @@ CITESEER = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data
 FULL_BATCH_SAGE = 0.700  # the reference in ../shared/datasets/citeseer/README
 
 
-def sampled_config() -> GnnflowConfig:
+def sampled_config(task: str = "node_classification") -> GnnflowConfig:
+    """init-config's proposal for CiteSeer on 2 workers: node classification on its standard split, or
+    (``link_prediction``) its citations with a random edge split, label and split then being features."""
+    labelled = {"label_column": "label", "split_column": "split"} if task == "node_classification" else {}
     proposed = propose_config(
         str(CITESEER / "nodes.csv.gz"),
         str(CITESEER / "edges.csv.gz"),
         id_column="node_id",
         src_column="src",
         dst_column="dst",
-        label_column="label",
-        split_column="split",
+        task=task,  # type: ignore[arg-type]
+        **labelled,
     )
     return proposed.model_copy(update={"resources": proposed.resources.model_copy(update={"world_size": 2})})
 

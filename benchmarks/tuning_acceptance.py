@@ -34,13 +34,12 @@ import statistics
 import sys
 import time
 
-from citeseer_acceptance import CITESEER, sampled_config
+from citeseer_acceptance import sampled_config
 
 from components import storage
 from components.config import GnnflowConfig, apply_overrides
 from components.infer.step import infer
 from components.runtime.runlog import configure
-from components.tables.proposal import propose_config
 from components.train.step import train
 from pipelines.tune.results import publish
 from pipelines.tune.space import default_space, encode
@@ -48,19 +47,6 @@ from pipelines.tune.study import TuneOptions, run_study
 
 TARGET_GAIN = 0.01  # issue 25: tuned beats untuned by at least 1 point of test accuracy (test MRR for links)
 TEST_FIGURE = {"node": "test_accuracy", "link": "test_mrr"}
-
-
-def link_config() -> GnnflowConfig:
-    """init-config's proposal for CiteSeer's citations as link prediction, on 2 workers."""
-    proposed = propose_config(
-        str(CITESEER / "nodes.csv.gz"),
-        str(CITESEER / "edges.csv.gz"),
-        id_column="node_id",
-        src_column="src",
-        dst_column="dst",
-        task="link_prediction",
-    )
-    return proposed.model_copy(update={"resources": proposed.resources.model_copy(update={"world_size": 2})})
 
 
 def retrain(config: GnnflowConfig, partitions: storage.Uri, root: storage.Uri, seeds: list[int], task: str) -> list[dict]:
@@ -96,7 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     configure(logging.INFO)
     start = time.perf_counter()
-    base = sampled_config() if args.task == "node" else link_config()
+    base = sampled_config("node_classification" if args.task == "node" else "link_prediction")
     out = storage.parse_uri(pathlib.Path(args.output or f"/tmp/gnnflow-tuning-acceptance-{args.task}"))
     space = default_space(base)
     result = run_study(base, out, space, TuneOptions(trials=args.trials, seed=args.seed, repeats=args.repeats))
