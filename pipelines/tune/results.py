@@ -52,7 +52,7 @@ def trials_csv(result: TuneResult) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["trial", *keys, result.metric, f"{result.metric}_per_seed", "epochs_run", "seconds", "state", "error"])
     for t in result.trials:
-        per_seed = " ".join(f"{m:.6g}" for m in t.seed_metrics)
+        per_seed = " ".join(_cell(m) for m in t.seed_metrics)
         metrics = [_cell(t.metric), per_seed, _cell(t.epochs_run)]
         writer.writerow([t.number, *(_cell(t.params.get(k)) for k in keys), *metrics, f"{t.seconds:.1f}", t.state, t.error])
     return buffer.getvalue()
