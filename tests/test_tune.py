@@ -19,15 +19,15 @@ from components.errors import GnnflowError
 from components.tables.proposal import propose_config
 from components.train import __main__ as train_main
 from pipelines.cli import main as gnnflow
-from pipelines.tune.space import default_space
+from pipelines.tune.space import config_values, default_space
 from pipelines.tune.study import TuneOptions, check_parallel, startup_trials, tpe_sampler
 
 pytestmark = pytest.mark.multiworker
 
 # The tiny config trains GATv2 of width 48 with one head. Each value of the space fits it alone,
-# but 3 heads do not divide a width of 16: seed 4 of the TPE sampler (whose first trials are
-# seeded random draws) gives trial 1 that combination, which the config refuses, so that trial
-# fails while trials 0 and 2 (width 48, one head) train.
+# but 3 heads do not divide a width of 16. Trial 0 is the config's own values; seed 4 of the TPE
+# sampler (whose first trials are seeded random draws) gives trial 2 that combination, which the
+# config refuses, so that trial fails while trials 0 and 1 (width 48, one head) train.
 SPACE = {
     "training.learning_rate": {"type": "float", "low": 0.005, "high": 0.05, "log": True},
     "model.hidden_channels": {"type": "categorical", "choices": [16, 48]},
@@ -68,7 +68,7 @@ def study(tiny_config: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -
     argv = ["tune", "--config", str(tiny_config), "--output", str(out), "--trials", "3", "--space", str(space), "--seed", str(SEED)]
     assert gnnflow(argv) == 0
     partitions = storage.open_published(out / "data" / "partitions", step="partition")
-    models = {n: storage.open_published(out / "trials" / f"{n:03d}", step="train") for n in (0, 2)}
+    models = {n: storage.open_published(out / "trials" / f"{n:03d}", step="train") for n in (0, 1)}
     return {
         "out": out,
         "rows": list(csv.DictReader(io.StringIO((out / "trials.csv").read_text()))),
@@ -85,17 +85,37 @@ def test_trials_table_records_each_trial_with_its_validation_metric_and_the_fail
     rows = study["rows"]
     assert list(rows[0]) == ["trial", *SPACE, METRIC, f"{METRIC}_per_seed", "epochs_run", "seconds", "state", "error"]  # no test column
     assert [r["trial"] for r in rows] == ["0", "1", "2"]
-    assert [r["state"] for r in rows] == ["COMPLETE", "FAIL", "COMPLETE"]
-    assert [(r["model.hidden_channels"], r["model.attention_heads"]) for r in rows] == [("48", "1"), ("16", "3"), ("48", "1")]
-    failed = rows[1]
+    assert [r["state"] for r in rows] == ["COMPLETE", "COMPLETE", "FAIL"]
+    assert [(r["model.hidden_channels"], r["model.attention_heads"]) for r in rows] == [("48", "1"), ("48", "1"), ("16", "3")]
+    failed = rows[2]
     assert "model.attention_heads 3 does not divide model.hidden_channels 16" in failed["error"]
     assert failed[METRIC] == "" and failed["epochs_run"] == ""
-    for n in (0, 2):
+    for n in (0, 1):
         row, metrics = rows[n], study["model_metrics"][n]
         assert float(row[METRIC]) == pytest.approx(metrics[METRIC], rel=1e-5)
         assert row["epochs_run"] == "3" and row["error"] == ""
         assert float(row[f"{METRIC}_per_seed"]) == float(row[METRIC])  # one training per trial
         assert 0.005 <= float(row["training.learning_rate"]) <= 0.05
+
+
+def test_trial_zero_is_the_config_as_given(study, tiny_config):
+    """The study starts from the user's config, so its best is never below it on validation."""
+    config = load_config(str(tiny_config))
+    first = study["rows"][0]
+    assert float(first["training.learning_rate"]) == pytest.approx(config.training.learning_rate, rel=1e-5)
+    assert (first["model.hidden_channels"], first["model.attention_heads"]) == ("48", "1")
+    assert float(study["rows"][1]["training.learning_rate"]) != pytest.approx(config.training.learning_rate, rel=1e-3)  # trial 1 is drawn
+    config = apply_overrides(config, {"model.hidden_channels": 64}, "test")  # a width of the default space
+    space = default_space(config)
+    assert config_values(space, config) == {
+        "training.learning_rate": config.training.learning_rate,
+        "model.hidden_channels": config.model.hidden_channels,
+        "model.dropout": config.model.dropout,
+        "training.weight_decay": config.training.weight_decay,
+        "training.fan_outs": config.training.fan_outs,
+    }
+    outside = apply_overrides(config, {"training.learning_rate": 0.5, "model.hidden_channels": 96}, "test")
+    assert set(config_values(space, outside)) == {"model.dropout", "training.weight_decay", "training.fan_outs"}  # not in the space
 
 
 def test_trials_never_evaluate_the_test_split(study):

@@ -191,3 +191,22 @@ def default_space(config: GnnflowConfig) -> SearchSpace:
     space = SearchSpace(tuple(params), f"the default space for {config.task.type}")
     check_against(space, config)
     return space
+
+
+def config_values(space: SearchSpace, config: GnnflowConfig) -> dict[str, Any]:
+    """The config's own values of the space's parameters, for those the space holds (a float or int
+    inside its bounds, a categorical among its choices); the study's first trial."""
+    dumped = config.model_dump(mode="json")
+    values: dict[str, Any] = {}
+    for param in space.params:
+        value: Any = dumped
+        for part in param.key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None or isinstance(value, bool):
+            continue
+        if param.type == "categorical":
+            if encode(value) in {encode(c) for c in param.choices}:
+                values[param.key] = value
+        elif isinstance(value, int | float) and param.bounds[0] <= value <= param.bounds[1]:
+            values[param.key] = int(value) if param.type == "int" else float(value)
+    return values

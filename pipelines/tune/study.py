@@ -5,7 +5,8 @@ up-to-date checks (:func:`pipelines.local_run.run_steps`: a second study over th
 skips them). Each trial then runs only step train, into ``DIR/trials/NNN``, with its parameters
 applied as overrides and ``training.evaluate_test: false``: a trial's model has validation
 metrics only, and the study reads nothing else (its objective is the best epoch's validation
-metric, the one train's early stopping follows). A trial that fails (a combination the config
+metric, the one train's early stopping follows). Trial 0 trains the config's own values (those
+inside the space), so the study measures its gain over them. A trial that fails (a combination the config
 refuses, a model that does not learn, a crash) is recorded with its error; the study fails only
 when every trial did. The result is published under ``DIR`` (:mod:`pipelines.tune.results`).
 
@@ -36,7 +37,7 @@ from components.tables.bigquery_tables import check_bigquery_inputs
 from components.train.output import METRICS_FILE, VALIDATION_METRIC
 from components.train.step import train
 from pipelines.local_run import RunOutputs, run_steps
-from pipelines.tune.space import Param, SearchSpace, default_space, encode, load_space
+from pipelines.tune.space import Param, SearchSpace, config_values, default_space, encode, load_space
 
 log = logging.getLogger("gnnflow.tune")
 
@@ -292,6 +293,13 @@ def run_study(base: GnnflowConfig, output: storage.Uri, space: SearchSpace, opti
         log.info("  %s", param.describe())
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the study logs each trial itself, failures with their error
     study = optuna.create_study(direction="maximize", sampler=tpe_sampler(options))
+    baseline = config_values(space, base)
+    if baseline:
+        # Trial 0 is the config as given: the study then reports what tuning gained over it on validation, and
+        # never recommends a config whose validation figure is below the one it started from.
+        texts = {p.key: encode(baseline[p.key]) if p.type == "categorical" else baseline[p.key] for p in space.params if p.key in baseline}
+        study.enqueue_trial(texts)
+        log.info("trial 0: the config's own values of %d of the %d parameter(s)", len(baseline), len(space.params))
     objective = _Objective(study_setup)
     try:
         study.optimize(objective, n_trials=options.trials, n_jobs=options.parallel, catch=(Exception,))
