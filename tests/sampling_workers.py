@@ -51,6 +51,8 @@ def draw_epochs(ctx: WorkerContext, partitions_uri: str, fan_outs: list[int], ba
                 "edge_index": batch.edge_index.numpy().copy(),
                 "batch_size": int(batch.batch_size),
                 "hop_one": int(batch.num_sampled_nodes[1]),
+                "nodes_per_hop": [int(n) for n in batch.num_sampled_nodes],
+                "edges_per_hop": [int(e) for e in batch.num_sampled_edges],
             }
             for batch in loader
         ]

@@ -18,6 +18,14 @@ from torch_geometric.nn.models import GCN, MLP, GraphSAGE
 
 from components.config import ModelSpec
 from components.errors import GnnflowError
+from components.gnn.hop_trimming import (
+    LayerSlice,
+    TypedLayerSlice,
+    layer_slices,
+    trimmed_inputs,
+    typed_from_homogeneous,
+    typed_layer_slices,
+)
 
 EdgeType = tuple[str, str, str]
 
@@ -37,6 +45,8 @@ class HomogeneousSAGE(GraphSAGE):
     """PyG's GraphSAGE stack ((n, in_dim) features, (2, e) edges → (n, hidden)) on one node type.
 
     Kept as the plain stack so that exact inference can run its convolutions layer by layer.
+    A sampled batch that says its hops is encoded layer-trimmed (``gnn.hop_trimming``): the
+    output then holds the seeds' rows only, the rows every caller reads.
     """
 
     def __init__(self, node_type: str, in_dim: int, spec: ModelSpec) -> None:
@@ -44,7 +54,21 @@ class HomogeneousSAGE(GraphSAGE):
         self.node_type = node_type
 
     def encode_batch(self, batch) -> dict[str, torch.Tensor]:
-        return {self.node_type: self(batch.x, batch.edge_index)}
+        slices = layer_slices(batch, self.num_layers)
+        if slices is None:
+            return {self.node_type: self(batch.x, batch.edge_index)}
+        return {self.node_type: self.forward_trimmed(batch.x, batch.edge_index, slices)}
+
+    def forward_trimmed(self, x: torch.Tensor, edge_index: torch.Tensor, slices: list[LayerSlice]) -> torch.Tensor:
+        """(n, in_dim) features of a batch listed hop by hop, its (2, e) edges → (seeds, hidden):
+        the plain forward's layers (convolution, then ReLU and dropout between layers), each on
+        its slice of nodes and edges."""
+        for i, (conv, layer) in enumerate(zip(self.convs, slices)):
+            pair, edges = trimmed_inputs(x, edge_index, layer)
+            x = conv(pair, edges)
+            if i < self.num_layers - 1:
+                x = self.dropout(self.act(x))
+        return x
 
 
 class HomogeneousGCN(GCN):
@@ -113,15 +137,26 @@ class HeteroEncoder(nn.Module):
         edge_index: dict[EdgeType, torch.Tensor],
         node: dict[str, torch.Tensor],
         edge_attr: dict[EdgeType, torch.Tensor] | None = None,
+        slices: list[TypedLayerSlice] | None = None,
     ) -> dict[str, torch.Tensor]:
         """x[type]: (n_type, d_type); node[type]: (n_type,) partition ids; edge_attr[etype]: (e, d_e)
-        → embeddings[type]: (n_type, hidden)."""
+        → embeddings[type]: (n_type, hidden), or, given a sampled batch's ``slices``
+        (``gnn.hop_trimming``), each type's seeds only: (seeds_type, hidden)."""
         h = {t: self._input(t, x, node) for t in node}
         edge_index = {e: v for e, v in edge_index.items() if e[0] in h and e[2] in h}
-        extra = {"edge_attr_dict": {e: v for e, v in edge_attr.items() if e in edge_index}} if edge_attr else {}
+        edge_attr = {e: v for e, v in (edge_attr or {}).items() if e in edge_index}
         for i, conv in enumerate(self.convs):
-            out = conv(h, edge_index, **extra)
-            h = {t: out.get(t, h[t]) for t in h}  # a type no edge reaches keeps its embedding
+            if slices is None:
+                out = conv(h, edge_index, **({"edge_attr_dict": edge_attr} if edge_attr else {}))
+                h = {t: out.get(t, h[t]) for t in h}  # a type no edge reaches keeps its embedding
+            else:
+                layer = slices[i]
+                # HeteroConv takes per-edge-type inputs: each convolution reads its slice of sources and targets.
+                pairs = {e: (h[e[0]][: layer.sources[e[0]]], h[e[2]][: layer.targets[e[2]]]) for e in edge_index}
+                edges = {e: v[:, : layer.edges[e]] for e, v in edge_index.items()}
+                attrs = {e: v[: layer.edges[e]] for e, v in edge_attr.items()}
+                out = conv(pairs, edges, **({"edge_attr_dict": attrs} if attrs else {}))
+                h = {t: out.get(t, h[t][: layer.targets[t]]) for t in h}
             if i < len(self.convs) - 1:
                 h = {t: nn.functional.dropout(torch.relu(v), self.dropout, self.training) for t, v in h.items()}
         return h
@@ -135,16 +170,22 @@ class HeteroEncoder(nn.Module):
         return self.embedding[node_type](node[node_type])
 
     def encode_batch(self, batch) -> dict[str, torch.Tensor]:
+        """A GLT batch's embeddings per node type; a sampled batch that says its hops is encoded
+        layer-trimmed, giving each type's seeds only (the rows the tasks and inference read)."""
         reads_x = set(self.project) | self.sharded
+        layers = len(self.convs)
         if hasattr(batch, "node_types"):
             stores = {t: batch[t] for t in batch.node_types if "node" in batch[t]}
             x = {t: s.x.to(torch.float32) for t, s in stores.items() if "x" in s and t in reads_x}
             edge_attr = {e: batch[e].edge_attr.to(torch.float32) for e in batch.edge_types if batch[e].get("edge_attr") is not None}
-            return self(x, batch.edge_index_dict, {t: s.node for t, s in stores.items()}, edge_attr)
+            nodes = {t: s.node for t, s in stores.items()}
+            return self(x, batch.edge_index_dict, nodes, edge_attr, typed_layer_slices(batch, layers))
         (node_type,), (edge_type,) = self.node_types, self.edge_types
         x = {node_type: batch.x.to(torch.float32)} if node_type in reads_x else {}
         attr = {edge_type: batch.edge_attr.to(torch.float32)} if batch.get("edge_attr") is not None else None
-        return self(x, {edge_type: batch.edge_index}, {node_type: batch.node}, attr)
+        slices = layer_slices(batch, layers)
+        typed = typed_from_homogeneous(slices, node_type, edge_type) if slices is not None else None
+        return self(x, {edge_type: batch.edge_index}, {node_type: batch.node}, attr, typed)
 
 
 def build_encoder(spec: ModelSpec, inputs: dict[str, NodeInput], edge_types: list[EdgeType], edge_dims: dict[EdgeType, int]) -> nn.Module:
