@@ -90,6 +90,9 @@ def load1() -> float:
 
 
 def _build_model(in_dim: int, classes: int):
+    """The project's GraphSAGE + head. On PyG's NeighborLoader batches (without pyg-lib they carry
+    no per-hop counts) it runs the plain forward over every node, as PyG's examples do; the train
+    step's GLT batches are encoded layer-trimmed (components/gnn/hop_trimming.py)."""
     from components.config import ModelSpec
     from components.gnn.model import HomogeneousSAGE, NodeClassifier
 
@@ -129,6 +132,7 @@ def pyg_baseline(graph_path: str, threads: int, epochs: int, batch_size: int, fa
         batches, total_loss, count = 0, 0.0, 0
         confusion = torch.zeros((classes, classes), dtype=torch.int64)
         for batch in loader:
+            assert "num_sampled_nodes" not in batch, "the PyG baseline is meant untrimmed"
             size = batch.batch_size
             optimizer.zero_grad()
             logits = model(batch)[:size]
