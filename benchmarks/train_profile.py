@@ -78,7 +78,7 @@ def profile_worker(ctx, partitions_uri: str, config, collect_batches: int, num_r
     start = time.perf_counter()
     for batch in cached:
         optimizer.zero_grad()
-        logits = ddp(batch.x, batch.edge_index)[: batch.batch_size]
+        logits = ddp(batch)[: batch.batch_size]  # the train step's forward (layer-trimmed)
         loss = F.cross_entropy(logits, batch.y.reshape(-1)[: batch.batch_size])
         loss.backward()
         optimizer.step()
