@@ -7,7 +7,7 @@ of each (``num_sampled_nodes``: hops + 1 counts, ``num_sampled_edges``: hops cou
 encoder's output is read at the seeds only, so layer l (0-based) needs outputs for hops
 0 … L-1-l alone, computed from the edges into them (hops 1 … L-l) and their sources (hops
 0 … L-l). Computing every layer on every node, as a plain forward does, spends most of its
-work on the last hop's nodes (six in seven of a [15, 10] batch's), whose outputs nothing reads.
+work on the last hop's nodes (about five in six of a [15, 10] batch's), whose outputs nothing reads.
 
 The seeds' outputs are the same as the untrimmed forward's, to float rounding.
 """
