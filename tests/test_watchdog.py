@@ -121,3 +121,23 @@ def sampling_processes(timeout_s: float = 180) -> list[psutil.Process]:
             return found
         time.sleep(0.2)
     return []
+
+
+class _Statuses:
+    """A process whose status is read from a list, one look at a time (the last one repeats)."""
+
+    def __init__(self, *statuses: str) -> None:
+        self.statuses = list(statuses)
+
+    def status(self) -> str:
+        return self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+
+
+def test_uninterruptible_sleep_is_blamed_only_when_it_lasts() -> None:
+    """A disk read or page fault under load passes through uninterruptible sleep: one look at it
+    must not blame that rank (the cause of a flaky blame of rank 0 at the rendezvous)."""
+    assert watchdog._cannot_run(_Statuses(psutil.STATUS_DISK_SLEEP, psutil.STATUS_SLEEPING)) is None
+    assert watchdog._cannot_run(_Statuses(psutil.STATUS_DISK_SLEEP, psutil.STATUS_DISK_SLEEP, psutil.STATUS_RUNNING)) is None
+    assert watchdog._cannot_run(_Statuses(psutil.STATUS_DISK_SLEEP)) == "in uninterruptible sleep"
+    assert watchdog._cannot_run(_Statuses(psutil.STATUS_STOPPED)) == "stopped"
+    assert watchdog._cannot_run(_Statuses(psutil.STATUS_SLEEPING)) is None

@@ -150,14 +150,30 @@ _CANNOT_RUN = {
 }
 
 
+# Uninterruptible sleep is also how a process waits on a disk read or a page fault: it counts only
+# when every one of these looks, 0.1 s apart, finds it there (a loaded machine's reads pass in less).
+_DISK_SLEEP_LOOKS = 5
+
+
+def _cannot_run(process: psutil.Process) -> str | None:
+    state = _CANNOT_RUN.get(process.status())
+    if state != _CANNOT_RUN[psutil.STATUS_DISK_SLEEP]:
+        return state
+    for _ in range(_DISK_SLEEP_LOOKS - 1):
+        time.sleep(0.1)
+        if process.status() != psutil.STATUS_DISK_SLEEP:
+            return None
+    return state
+
+
 def stopped_process(pid: int) -> str | None:
     """A process in ``pid``'s tree that cannot run (stopped, traced, or in uninterruptible
-    sleep), described as 'process N (name) is stopped', or None."""
+    sleep that lasts), described as 'process N (name) is stopped', or None."""
     with contextlib.suppress(psutil.Error):
         root = psutil.Process(pid)
         for process in [root, *root.children(recursive=True)]:
             with contextlib.suppress(psutil.Error):
-                if state := _CANNOT_RUN.get(process.status()):
+                if state := _cannot_run(process):
                     return f"process {process.pid} ({process.name()}) is {state}"
     return None
 
