@@ -40,7 +40,7 @@ def profile_worker(ctx, partitions_uri: str, config, collect_batches: int, num_r
     dataset = to_dist_dataset(part)
     timings["load_partition_s"] = time.perf_counter() - start
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-bench")
-    ctx.init_rpc(num_rpc_threads=num_rpc_threads, rpc_timeout=300)
+    ctx.init_rpc(num_rpc_threads=num_rpc_threads)
     setup = SamplingSetup.of(ctx, config, schema, edge_dir)
     task = NodeTask(setup, dataset, part, node_splits(part), config)
     torch.manual_seed(0)
