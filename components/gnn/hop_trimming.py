@@ -37,6 +37,11 @@ def _node_count(store) -> int:
     return int(store.x.size(0)) if "x" in store else int(store.num_nodes)
 
 
+def _ends(counts, length: int) -> list[int]:
+    """Cumulative counts of ``length`` hops, the hops a batch does not list being empty."""
+    return torch.tensor(([int(c) for c in counts] + [0] * length)[:length]).cumsum(0).tolist()
+
+
 def layer_slices(batch, num_layers: int) -> list[LayerSlice] | None:
     """Per layer, the prefix of nodes and edges it needs; None when the batch does not say its
     hops (full-graph blocks, a batch built by hand) or its counts do not add up to its tensors."""
@@ -50,10 +55,7 @@ def layer_slices(batch, num_layers: int) -> list[LayerSlice] | None:
     if not node_counts or len(edge_counts) != len(node_counts) - 1:
         return None
     # A batch whose sampling stopped early (no new neighbours) has fewer hops: the missing ones are empty.
-    node_counts += [0] * (num_layers + 1 - len(node_counts))
-    edge_counts += [0] * (num_layers - len(edge_counts))
-    node_ends = torch.tensor(node_counts).cumsum(0).tolist()
-    edge_ends = torch.tensor(edge_counts).cumsum(0).tolist()
+    node_ends, edge_ends = _ends(node_counts, num_layers + 1), _ends(edge_counts, num_layers)
     return [
         LayerSlice(
             sources=node_ends[num_layers - layer], targets=node_ends[num_layers - 1 - layer], edges=edge_ends[num_layers - 1 - layer]
@@ -75,11 +77,6 @@ class TypedLayerSlice:
     sources: dict[str, int]
     targets: dict[str, int]
     edges: dict[tuple[str, str, str], int]
-
-
-def _ends(counts, length: int) -> list[int]:
-    """Cumulative counts of ``length`` hops, the hops a batch does not list being empty."""
-    return torch.tensor(([int(c) for c in counts] + [0] * length)[:length]).cumsum(0).tolist()
 
 
 def typed_layer_slices(batch, num_layers: int) -> list[TypedLayerSlice] | None:
