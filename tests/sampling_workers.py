@@ -61,3 +61,45 @@ def draw_epochs(ctx: WorkerContext, partitions_uri: str, fan_outs: list[int], ba
     glt.distributed.barrier()
     glt.distributed.shutdown_rpc()
     return result
+
+
+def feature_batches(ctx: WorkerContext, partitions_uri: str, ratios: list[float], batch_size: int) -> dict:
+    """One epoch of the node loader per ``training.feature_cache_ratio`` of ``ratios`` (same
+    seeds, same draw); returns each run's whole tables' row counts and every batch's global node
+    ids, feature rows and labels, with the true rows of every node (all partitions, id order)."""
+    import graphlearn_torch as glt
+    import torch.distributed as dist
+
+    from components.gnn.feature_cache import fetch_whole_tables
+    from components.gnn.sampling import RPC_THREADS, SamplingSetup, node_loader
+
+    ctx.init_process_group()
+    published = storage.open_published(partitions_uri)
+    part = read_partition(published, ctx.rank)
+    (node_type,) = part.nodes
+    every = [read_partition(published, i).nodes[node_type] for i in range(ctx.world_size)]
+    seeds = part.nodes[node_type]["node_id"][part.nodes[node_type]["split"] == 0]
+    glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="cache-test")
+    ctx.init_rpc(num_rpc_threads=RPC_THREADS)
+    result: dict = {
+        "features": torch.cat([p["features"] for p in every]).numpy(),
+        "labels": torch.cat([p["label"] for p in every]).numpy(),
+        "own": (part.node_offset(node_type), part.node_offset(node_type) + len(part.nodes[node_type]["node_id"])),
+        "runs": {},
+    }
+    training = TrainingSpec(fan_outs=[4, 3], batch_size=batch_size, seed=7)
+    for ratio in ratios:
+        whole = fetch_whole_tables(part, ratio, ctx.rank, ctx.world_size)
+        dataset = to_dist_dataset(part, whole=whole)
+        torch.manual_seed(0)  # the loader's shuffle
+        loader = node_loader(SamplingSetup(ctx, training, "out", [4, 3]), dataset, seeds, batch_size=batch_size, shuffle=True)
+        result["runs"][ratio] = {
+            "whole": {t: len(w.features) for t, w in whole.items()},
+            "book": type(dataset.node_feat_pb).__name__,
+            "batches": [(b.node.numpy().copy(), b.x.numpy().copy(), b.y.view(-1).numpy().copy()) for b in loader],
+        }
+        dist.barrier()
+        loader.shutdown()
+    glt.distributed.barrier()
+    glt.distributed.shutdown_rpc()
+    return result

@@ -184,6 +184,13 @@ class TrainingSpec(_Section):
         "neighbours per node (min(k, degree)), on local and remote partitions alike; true: k independent draws "
         "per node (GLT 0.2.4's own CPU sampler), so a node may repeat and fewer distinct neighbours are aggregated.",
     )
+    feature_cache_ratio: float = Field(
+        1.5,
+        ge=0,
+        description="Sampled train and infer: a worker copies a node type's feature rows (and labels) of all other "
+        "partitions once at the start, and fetches none per batch, where they number at most this many times its own "
+        "(1.5: two workers do, more do not); 0: never.",
+    )
     learning_rate: float = Field(0.01, gt=0, description="Adam learning rate.")
     weight_decay: float = Field(5e-4, ge=0, description="Adam weight decay.")
     embedding_optimizer: Literal["row_adagrad", "sparse_adam"] = Field(

@@ -35,3 +35,17 @@ class RangeBook(PartitionBook):
     def id2index(self) -> OffsetId2Index:
         """Row in this partition's tensors of one of its own ids."""
         return OffsetId2Index(self._offset)
+
+
+class LocalBook(PartitionBook):
+    """A feature book for a worker that holds a type's whole table: every id is answered here."""
+
+    def __init__(self, partition_idx: int) -> None:
+        self.partition_idx = partition_idx
+
+    def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.full(ids.shape, self.partition_idx, dtype=torch.int64, device=ids.device)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")

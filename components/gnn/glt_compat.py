@@ -35,8 +35,10 @@
    them before its first batch of a 2-second run (the demo test graph, 2 workers, 2 cores).
    ``sampling_context`` gives GLT a fork server of the worker's own instead, which imports them
    once; each subprocess is forked from it and gets its arguments pickled as under spawn.
+8. Feature lookups gather rows with a slow kernel and stitch local and remote rows even when
+   all are local (``feature_lookup``).
 
-Fixes 1, 3, 5, 6 and 7 replace private functions of GLT, so :func:`install` refuses any GLT release
+Fixes 1, 3, 5, 6, 7 and 8 replace private functions of GLT, so :func:`install` refuses any GLT release
 but the one they were written against.
 """
 
@@ -47,7 +49,7 @@ from collections.abc import Iterator
 
 import torch
 
-from components.gnn import distinct_sampling
+from components.gnn import distinct_sampling, feature_lookup
 
 _INSTALLED = False
 GLT_VERSION = "0.2.4"  # the release whose private functions the fixes replace
@@ -101,6 +103,7 @@ def install() -> None:
     dist_sampler_module.format_hetero_sampler_output = format_in_sampled_order
     sampler_module.format_hetero_sampler_output = format_in_sampled_order
     distinct_sampling.install()  # fix 5, around fix 1's _sample_one_hop
+    feature_lookup.install()  # fix 8
     ForkingPickler.register(MpDistSamplingWorkerOptions, lambda options: (_options_with_fixes, (options.__dict__,)))
     import graphlearn_torch.distributed.dist_sampling_producer as producer_module
 

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from components.gnn.device import CPU_PLACEMENT, Placement
+from components.gnn.feature_cache import WholeTable
 from components.partition.output import StoredPartition, range_ends
 from components.schema import SPLIT_CODES, stored_edge_types
 
@@ -35,7 +36,13 @@ def node_splits(part: StoredPartition) -> NodeSplits:
     return NodeSplits(pick(SPLIT_CODES["train"]), pick(SPLIT_CODES["val"]), pick(SPLIT_CODES["test"]))
 
 
-def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tensor] | None = None, placement: Placement = CPU_PLACEMENT):
+def to_dist_dataset(
+    part: StoredPartition,
+    *,
+    edge_filter: dict[str, torch.Tensor] | None = None,
+    placement: Placement = CPU_PLACEMENT,
+    whole: dict[str, WholeTable] | None = None,
+):
     """Builds a ``graphlearn_torch.distributed.DistDataset`` from partition ``part.index``.
 
     Homogeneous graphs (one node type, one edge type) use GLT's plain-tensor form, others its
@@ -44,11 +51,12 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
     holds the adjacency and the features: plain CPU tensors (``with_gpu`` off, as GLT requires
     on the CPU), or for a worker on a GPU its graph mode and its split of feature rows between
     GPU and pinned host memory. Labels stay CPU tensors either way. ``edge_filter`` keeps only
-    the masked edges of a type (e.g. the training edges for link prediction).
+    the masked edges of a type (e.g. the training edges for link prediction). ``whole``: node types
+    whose whole tables this worker holds (``feature_cache``), answered locally by the feature book.
     """
     import graphlearn_torch as glt  # imported here: GLT loads CUDA-linked libraries
 
-    from components.gnn.glt_books import RangeBook
+    from components.gnn.glt_books import LocalBook, RangeBook
 
     meta = part.metadata
     hetero = meta.schema.is_heterogeneous
@@ -76,6 +84,11 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
         for t, v in part.nodes.items()
         if "label" in v or hetero
     }
+    feature_pb: dict = dict(node_pb)  # GLT finds labels by the feature book too
+    for t, table in (whole or {}).items():
+        features[t], id2idx[t], feature_pb[t] = table.features, None, LocalBook(part.index)  # rows in id order
+        if t in labels:
+            labels[t] = (table.labels if table.labels is not None else torch.full((len(table.features),), -1, dtype=torch.int64)).reshape(-1, 1)
     splits = node_splits(part)
 
     def plain(d: dict):  # the homogeneous form is the single value
@@ -87,6 +100,7 @@ def to_dist_dataset(part: StoredPartition, *, edge_filter: dict[str, torch.Tenso
         node_pb=plain(node_pb),
         edge_pb=(plain(edge_pb) if edge_pb else None),  # no edge features, no edge book (GLT accepts None)
         edge_dir="out" if meta.edge_assignment == "src" else "in",
+        node_feat_pb=plain(feature_pb) if whole else None,  # None: GLT uses node_pb
     )
     dataset.init_graph(edge_index=plain(edge_index), edge_ids=plain(edge_ids), layout="COO", directed=True, **placement.glt_graph_args())
     if any(f.shape[1] for f in features.values()):

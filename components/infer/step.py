@@ -44,6 +44,7 @@ from components.infer.shards import embedding_matrix
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_metadata, read_original_ids, read_partition
 from components.runtime import watchdog
+from components.runtime.allocator import reuse_freed_memory
 from components.runtime.launcher import WorkerContext, launch_staged
 from components.runtime.threads import ThreadPlan, Work, use_worker_threads
 from components.train.output import STEP as TRAIN_STEP
@@ -80,14 +81,16 @@ def _sampled(
 ) -> dict[str, NodeOutputs]:
     import graphlearn_torch as glt
 
+    from components.gnn.feature_cache import fetch_whole_tables
     from components.gnn.glt_dataset import to_dist_dataset
     from components.gnn.sampling import RPC_THREADS, SamplingSetup
     from components.infer.sampled import sampled_outputs
 
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
-    dataset = to_dist_dataset(part, edge_filter=message_edges(part, ctx.world_size), placement=placement)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-infer")
     ctx.init_rpc(num_rpc_threads=RPC_THREADS)
+    whole = fetch_whole_tables(part, job.config.training.feature_cache_ratio, ctx.rank, ctx.world_size)
+    dataset = to_dist_dataset(part, edge_filter=message_edges(part, ctx.world_size), placement=placement, whole=whole)
     setup = SamplingSetup.of(ctx, job.config, part.metadata.schema, edge_dir, placement, threads.sampling_workers)
     outputs = sampled_outputs(setup, dataset, part, model, job.config.training.eval_batch_size)
     glt.distributed.barrier()  # peers may still sample from this partition
@@ -232,6 +235,8 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     published_model = storage.open_published(job.model, step=TRAIN_STEP)
     model = restore_model(published_model, schema, job.config, edge_dir)
     install_learnt_rows(published_model, model.spec, part)
+    if job.config.resources.reuse_freed_memory:
+        reuse_freed_memory()
     start = time.perf_counter()
     model.module.to(placement.device)
     if job.mode == "exact":

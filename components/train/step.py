@@ -28,6 +28,7 @@ from components.gnn import interruption
 from components.gnn.build import build_model
 from components.gnn.device import Placement, check_device, worker_placement
 from components.gnn.epoch import EpochStart, random_state
+from components.gnn.feature_cache import fetch_whole_tables
 from components.gnn.glt_dataset import node_splits, to_dist_dataset
 from components.gnn.interruption import BatchAgreement
 from components.gnn.learnt_embeddings import EmbeddingShards, learnt_types, uses_sharded_embeddings
@@ -41,6 +42,7 @@ from components.gnn.shared_memory import check_sampling_memory
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_partition
 from components.runtime import watchdog
+from components.runtime.allocator import reuse_freed_memory
 from components.runtime.collectives import gather_to_rank_zero
 from components.runtime.launcher import WorkerContext, launch_staged, publishes_here
 from components.runtime.threads import ThreadPlan, Work, use_worker_threads
@@ -83,9 +85,12 @@ def _sampled_setup(
     shards = EmbeddingShards.initial(part, config, ctx.world_size) if uses_sharded_embeddings(config) and learnt_types(part) else None
     if shards is not None:
         shards.install(part)  # the rows are the featureless types' features: batches carry them
-    dataset = to_dist_dataset(part, edge_filter=training_edges(part, schema, ctx.world_size) if link else None, placement=placement)
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-train")
     ctx.init_rpc(num_rpc_threads=RPC_THREADS)
+    whole = fetch_whole_tables(part, config.training.feature_cache_ratio, ctx.rank, ctx.world_size)
+    dataset = to_dist_dataset(
+        part, edge_filter=training_edges(part, schema, ctx.world_size) if link else None, placement=placement, whole=whole
+    )
     if shards is not None:
         shards.register()
     setup = SamplingSetup.of(ctx, config, schema, edge_dir, placement, threads.sampling_workers)
@@ -287,6 +292,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
         task, model, ddp, stop = full_graph_setup(ctx, part, config, edge_dir, _seed_everything)
     else:
         task, model, ddp, stop = _sampled_setup(ctx, part, config, edge_dir, placement, threads)
+    if config.resources.reuse_freed_memory:
+        reuse_freed_memory()  # after loading: the batches' blocks are what gets reused
     optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
     output = storage.parse_uri(job.output)
     task_embeddings = getattr(task, "embeddings", None)
