@@ -88,7 +88,8 @@ def to_dist_dataset(
     for t, table in (whole or {}).items():
         features[t], id2idx[t], feature_pb[t] = table.features, None, LocalBook(part.index)  # rows in id order
         if t in labels:
-            labels[t] = (table.labels if table.labels is not None else torch.full((len(table.features),), -1, dtype=torch.int64)).reshape(-1, 1)
+            whole_labels = table.labels if table.labels is not None else torch.full((len(table.features),), -1, dtype=torch.int64)
+            labels[t] = whole_labels.reshape(-1, 1)
     splits = node_splits(part)
 
     def plain(d: dict):  # the homogeneous form is the single value
