@@ -89,7 +89,7 @@ def feature_batches(ctx: WorkerContext, partitions_uri: str, ratios: list[float]
     }
     training = TrainingSpec(fan_outs=[4, 3], batch_size=batch_size, seed=7)
     for ratio in ratios:
-        whole = fetch_whole_tables(part, ratio, ctx.rank, ctx.world_size)
+        whole = fetch_whole_tables(part, ratio, ctx.rank, ctx.world_size, ctx.local_world_size)
         dataset = to_dist_dataset(part, whole=whole)
         torch.manual_seed(0)  # the loader's shuffle
         loader = node_loader(SamplingSetup(ctx, training, "out", [4, 3]), dataset, seeds, batch_size=batch_size, shuffle=True)

@@ -58,6 +58,9 @@ def test_whole_tables_only_where_the_remote_rows_fit_the_ratio(partitions):
     assert replicable_types(part, remote / own) == ["item"]
     assert replicable_types(part, remote / own - 0.01) == []
     assert replicable_types(part, 0) == []
+    row = COLUMNS * 4 + 8  # float32 features and an int64 label
+    assert replicable_types(part, 1.5, spare_bytes=remote * row) == ["item"]
+    assert replicable_types(part, 1.5, spare_bytes=remote * row - 1) == []  # the copies must fit in memory too
     three = dataclasses.replace(part.metadata, num_partitions=3, node_counts={"item": [40, 40, 40]})
     assert replicable_types(dataclasses.replace(part, metadata=three), 1.5) == []  # 80 remote rows > 1.5 x 40
     assert replicable_types(dataclasses.replace(part, metadata=three), 2.0) == ["item"]

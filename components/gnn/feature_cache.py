@@ -20,6 +20,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -38,21 +39,43 @@ class WholeTable:
     labels: torch.Tensor | None  # (N,) where the type has labels
 
 
-def replicable_types(part: StoredPartition, ratio: float) -> list[str]:
+def replicable_types(part: StoredPartition, ratio: float, spare_bytes: float = float("inf")) -> list[str]:
     """Node types whose other partitions' rows this worker copies: types with input features
-    whose remote rows number at most ``ratio`` times its own (and at least one)."""
+    whose remote rows number at most ``ratio`` times its own (and at least one), as long as the
+    copies, type after type, fit in ``spare_bytes``."""
     schema = part.metadata.schema
     chosen = []
     for node_type, counts in part.metadata.node_counts.items():
         own = counts[part.index]
         remote = sum(counts) - own
-        if schema.node_types[node_type].feature_dim and 0 < remote <= ratio * own:
-            chosen.append(node_type)
+        if not (schema.node_types[node_type].feature_dim and 0 < remote <= ratio * own):
+            continue
+        copies = remote * _row_bytes(part, node_type)
+        if copies > spare_bytes:
+            log.warning(
+                "rank %d: %s's feature rows of other partitions (%.0f MiB) exceed half this worker's share of free memory "
+                "(%.0f MiB): fetched per batch instead (training.feature_cache_ratio)",
+                part.index,
+                node_type,
+                copies / 2**20,
+                spare_bytes / 2**20,
+            )
+            continue
+        spare_bytes -= copies
+        chosen.append(node_type)
     return chosen
 
 
-def fetch_whole_tables(part: StoredPartition, ratio: float, rank: int, world_size: int) -> dict[str, WholeTable]:
-    """This worker's whole tables (see the module text), copied from their owners over GLT's RPC.
+def _row_bytes(part: StoredPartition, node_type: str) -> int:
+    """Bytes of one node's feature row and label."""
+    own = part.nodes[node_type]
+    label = own["label"].element_size() if "label" in own else 0
+    return own["features"].shape[1] * own["features"].element_size() + label
+
+
+def fetch_whole_tables(part: StoredPartition, ratio: float, rank: int, world_size: int, local_world_size: int) -> dict[str, WholeTable]:
+    """This worker's whole tables (see the module text), copied from their owners over GLT's RPC,
+    in at most half of its share (among ``local_world_size`` workers) of the memory free now.
     Collective: call on every worker after ``init_rpc``, before any loader is built."""
     import graphlearn_torch as glt
 
@@ -62,7 +85,8 @@ def fetch_whole_tables(part: StoredPartition, ratio: float, rank: int, world_siz
     dist.barrier()  # every worker serves its rows before anyone asks
     start = time.perf_counter()
     names = glt.distributed.rpc.get_rpc_current_group_worker_names()
-    tables = {node_type: _copy_table(part, node_type, names, callee) for node_type in replicable_types(part, ratio)}
+    spare = psutil.virtual_memory().available / local_world_size / 2
+    tables = {node_type: _copy_table(part, node_type, names, callee) for node_type in replicable_types(part, ratio, spare)}
     dist.barrier()  # nobody stops serving before everyone has its copies
     if tables:
         copied = sum(t.features.nbytes for t in tables.values()) - sum(part.nodes[n]["features"].nbytes for n in tables)

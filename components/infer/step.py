@@ -89,7 +89,7 @@ def _sampled(
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-infer")
     ctx.init_rpc(num_rpc_threads=RPC_THREADS)
-    whole = fetch_whole_tables(part, job.config.training.feature_cache_ratio, ctx.rank, ctx.world_size)
+    whole = fetch_whole_tables(part, job.config.training.feature_cache_ratio, ctx.rank, ctx.world_size, ctx.local_world_size)
     dataset = to_dist_dataset(part, edge_filter=message_edges(part, ctx.world_size), placement=placement, whole=whole)
     setup = SamplingSetup.of(ctx, job.config, part.metadata.schema, edge_dir, placement, threads.sampling_workers)
     outputs = sampled_outputs(setup, dataset, part, model, job.config.training.eval_batch_size)

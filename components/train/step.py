@@ -87,7 +87,7 @@ def _sampled_setup(
         shards.install(part)  # the rows are the featureless types' features: batches carry them
     glt.distributed.init_worker_group(world_size=ctx.world_size, rank=ctx.rank, group_name="gnnflow-train")
     ctx.init_rpc(num_rpc_threads=RPC_THREADS)
-    whole = fetch_whole_tables(part, config.training.feature_cache_ratio, ctx.rank, ctx.world_size)
+    whole = fetch_whole_tables(part, config.training.feature_cache_ratio, ctx.rank, ctx.world_size, ctx.local_world_size)
     dataset = to_dist_dataset(
         part, edge_filter=training_edges(part, schema, ctx.world_size) if link else None, placement=placement, whole=whole
     )
