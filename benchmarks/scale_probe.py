@@ -97,6 +97,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--methods", nargs="+", default=["hash"])
     parser.add_argument("--skip-train", action="store_true")
+    parser.add_argument("--cache-ratios", type=float, nargs="+", default=[],
+                        help="train once per training.feature_cache_ratio (default: once, with the config's)")
     parser.add_argument("--out", help="work folder (default: a temporary folder, deleted at the end)")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
@@ -140,14 +142,19 @@ def main() -> None:
                     report("partition", workers, method, measured, f"| {next(iter(cut.values())):.3f} | |")
                     if args.skip_train:
                         continue
-                    log = folder / f"train-{method}-{workers}.log"
-                    measured = run_step(["components.train", "--config", str(path), "--input", str(parts),
-                                         "--output", str(folder / f"model-{method}-{workers}"), "--world-size", str(workers)], log)
-                    text = log.read_text()
-                    epoch = re.findall(r"epoch 1/1: .*? in ([\d.]+)s", text)
-                    remote = re.findall(r"remote ([\d.]+)%", text)
-                    report("train", workers, method, measured,
-                           f"| | {epoch[-1] if epoch else '?'} | {remote[-1] + '%' if remote else '?'} |")
+                    for ratio in args.cache_ratios or [None]:
+                        if ratio is not None:
+                            raw["training"]["feature_cache_ratio"] = ratio
+                            path.write_text(yaml.safe_dump(raw))
+                        label = method if ratio is None else f"{method}, cache {ratio:g}"
+                        log = folder / f"train-{method}-{workers}-{ratio}.log"
+                        measured = run_step(["components.train", "--config", str(path), "--input", str(parts),
+                                             "--output", str(folder / f"model-{method}-{workers}-{ratio}"), "--world-size", str(workers)], log)
+                        text = log.read_text()
+                        epoch = re.findall(r"epoch 1/1: .*? in ([\d.]+)s", text)
+                        remote = re.findall(r"remote ([\d.]+)%", text)
+                        report("train", workers, label, measured,
+                               f"| | {epoch[-1] if epoch else '?'} | {remote[-1] + '%' if remote else '?'} |")
     print(json.dumps(results))
 
 

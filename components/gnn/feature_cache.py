@@ -89,7 +89,7 @@ def fetch_whole_tables(part: StoredPartition, ratio: float, rank: int, world_siz
     tables = {node_type: _copy_table(part, node_type, names, callee) for node_type in replicable_types(part, ratio, spare)}
     dist.barrier()  # nobody stops serving before everyone has its copies
     if tables:
-        copied = sum(t.features.nbytes for t in tables.values()) - sum(part.nodes[n]["features"].nbytes for n in tables)
+        copied = sum(t.features.nbytes - part.nodes[n]["features"].nbytes for n, t in tables.items())
         log.info(
             "rank %d: whole feature tables of %s (copied %.1f MiB from peers in %.1fs)",
             rank,
@@ -105,15 +105,19 @@ def _copy_table(part: StoredPartition, node_type: str, names: list[str], callee:
 
     own = part.nodes[node_type]
     counts = part.metadata.node_counts[node_type]
-    features = torch.empty(sum(counts), own["features"].shape[1], dtype=own["features"].dtype)
-    labels = torch.empty(sum(counts), dtype=own["label"].dtype) if "label" in own else None
+    # In shared memory from the start: GLT moves every feature table there, and moving this one
+    # would hold it twice for a moment (the peak RSS of the step).
+    features = torch.empty(sum(counts), own["features"].shape[1], dtype=own["features"].dtype).share_memory_()
+    labels = torch.empty(sum(counts), dtype=own["label"].dtype).share_memory_() if "label" in own else None
     step = max(1, _REQUEST_BYTES // max(1, own["features"][:1].nbytes))
     offset = 0
     for owner, count in enumerate(counts):
-        if owner == part.index:
+        if owner == part.index:  # the partition's own rows become a view of the table: one copy, not two
             features[offset : offset + count] = own["features"]
+            own["features"] = features[offset : offset + count]
             if labels is not None:
                 labels[offset : offset + count] = own["label"]
+                own["label"] = labels[offset : offset + count]
         for first in range(0, count if owner != part.index else 0, step):
             last = min(count, first + step)
             rows, row_labels = glt.distributed.rpc_request(names[owner], callee, args=(node_type, first, last))
