@@ -1,7 +1,8 @@
 """Preemption and periodic checkpoints (issue 22 §1): a real SIGTERM to the step's launcher (as
 Vertex sends PID 1 of a replica) stops every trainer after the same batch, rank 0 writes a
 mid-epoch checkpoint, the step exits 75, and the rerun resumes from that batch and ends with the
-model an uninterrupted run trains; a kill -9 resumes from the last periodic checkpoint.
+model an uninterrupted run trains; a kill -9 fails the step at once (the launcher sees the death)
+and the rerun resumes from the last periodic checkpoint.
 
 The graph puts all validation nodes in partition 0, so the two trainers have different numbers
 of batches per epoch: stops and checkpoints also happen while one of them has joined (DDP's
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -132,6 +134,9 @@ def test_a_killed_worker_resumes_from_the_last_periodic_checkpoint_with_multipro
     workers[-1].send_signal(signal.SIGKILL)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "SIGKILL" in stderr, stderr[-3000:]
+    # Stopped by the death itself (the launcher saw it), not by a peer's timeout; nothing published.
+    assert re.search(r"worker rank \d failed", stderr) and "timed out" not in stderr.lower(), stderr[-3000:]
+    assert not (model / "manifest.json").exists()
 
     rerun = _start(interrupted, partitions, model)
     _, stderr = rerun.communicate(timeout=300)

@@ -28,7 +28,6 @@ from tests.small_graphs import with_updates
 from tests.test_citeseer import citeseer_graph, needs_citeseer
 from tests.test_launcher import _children, _new_shm_files, _sysv_segments
 from tests.test_watchdog import sampling_processes
-from tests.train_kill import kill_a_worker_then_resume
 
 pytestmark = pytest.mark.multiworker
 
@@ -130,10 +129,6 @@ def test_link_prediction(tmp_path):
 
 
 @needs_citeseer
-def test_killed_worker_fails_fast_and_the_rerun_resumes(tmp_path, citeseer_partitions):
-    kill_a_worker_then_resume(NODE_CLASSIFICATION, str(citeseer_partitions[2]), tmp_path, epochs=6, exit_within_s=120)
-
-
 def test_a_worker_without_validation_seeds_takes_part(tmp_path, one_sided_validation):
     # Building a GLT loader is collective: rank 1 builds its (empty) validation loader too.
     raw, partitions, labelled_val = one_sided_validation
