@@ -4,8 +4,8 @@ A sampled batch reads the feature rows of every node it holds (about 89,000 rows
 for a [15, 10] batch of 1,024 on an arxiv-sized graph), and GLT does it in two full copies:
 
 * ``Feature.cpu_get`` gathers with advanced indexing (``tensor[ids]``), which on the CPU runs
-  a general strided kernel: 3x slower than ``index_select`` for the same rows (measured 46 vs
-  14 ms for that batch, with freed memory reused: ``components.runtime.allocator``).
+  a general strided kernel: 4x slower than ``index_select`` for the same rows (61 vs 15 ms for
+  that batch, with freed memory reused: ``components.runtime.allocator``; ``benchmarks/freed_memory.py``).
 * ``DistFeature.async_get`` splits the ids into local and remote ones and stitches the parts
   into a zeroed matrix, even when every id is local: with the feature cache
   (``components.gnn.feature_cache``) holding every remote row, that second copy is all it does.

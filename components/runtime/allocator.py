@@ -5,8 +5,8 @@ own and unmaps it when freed, and gives the heap's free top back to the OS beyon
 sampled mini-batch allocates tens of such blocks (its feature matrix: 89,000 rows of 128
 floats on an arxiv-sized graph, 45 MB; per-edge messages; their gradients) and frees them
 before the next batch, so the next batch page-faults all of that memory in afresh: gathering
-the feature rows took 55 ms that way and 14 ms in reused memory, one forward and backward of
-a GraphSAGE layer 165 vs 113 ms (``benchmarks/RESULTS.md``, "Reusing freed memory").
+the feature rows took 66 ms that way and 15 ms in reused memory, one forward and backward of
+a GraphSAGE layer 269 vs 121 ms (``benchmarks/freed_memory.py``; ``benchmarks/RESULTS.md``).
 
 :func:`reuse_freed_memory` turns both off for the calling process (``mallopt``) and, through
 the environment, for the processes it starts (GLT's sampling subprocesses). The price: the
