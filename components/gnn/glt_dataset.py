@@ -79,17 +79,12 @@ def to_dist_dataset(
     # batches then carry y of shape (batch nodes, 1).
     # GLT's heterogeneous sampler fetches the labels of a loader's seed type and fails on a type
     # without any (link prediction seeds by edge, inference every type): those get -1 placeholders.
-    labels = {
-        t: (v["label"] if "label" in v else torch.full((len(v["node_id"]),), -1, dtype=torch.int64)).reshape(-1, 1)
-        for t, v in part.nodes.items()
-        if "label" in v or hetero
-    }
+    labels = {t: _label_column(v.get("label"), len(v["node_id"])) for t, v in part.nodes.items() if "label" in v or hetero}
     feature_pb: dict = dict(node_pb)  # GLT finds labels by the feature book too
     for t, table in (whole or {}).items():
         features[t], id2idx[t], feature_pb[t] = table.features, None, LocalBook(part.index)  # rows in id order
         if t in labels:
-            whole_labels = table.labels if table.labels is not None else torch.full((len(table.features),), -1, dtype=torch.int64)
-            labels[t] = whole_labels.reshape(-1, 1)
+            labels[t] = _label_column(table.labels, len(table.features))
     splits = node_splits(part)
 
     def plain(d: dict):  # the homogeneous form is the single value
@@ -120,6 +115,11 @@ def to_dist_dataset(
         dataset.edge_features = _on_host_where_empty(dataset.edge_features, edge_features, edge_id2idx, placement)
     dataset.init_node_split((plain(splits.train), plain(splits.val), plain(splits.test)))
     return dataset
+
+
+def _label_column(labels: torch.Tensor | None, count: int) -> torch.Tensor:
+    """(count, 1) labels as GLT stores them; -1 for each of ``count`` nodes of a type without labels."""
+    return (labels if labels is not None else torch.full((count,), -1, dtype=torch.int64)).reshape(-1, 1)
 
 
 def empty_feature_types(features: dict[Any, torch.Tensor]) -> list[Any]:
