@@ -58,14 +58,22 @@ def add_split(nodes_folder: pathlib.Path) -> None:
         table.to_csv(path, index=False, compression={"method": "gzip", "mtime": 0})
 
 
+def rss_parts(pid: int) -> tuple[int, int, int]:
+    """A process's resident anonymous, file-backed and shared-memory bytes (/proc status)."""
+    fields = dict(line.split(":", 1) for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return tuple(int(fields[name].split()[0]) * 1024 for name in ("RssAnon", "RssFile", "RssShmem"))  # type: ignore[return-value]
+
+
 def run_step(command: list[str], log_file: pathlib.Path | None = None) -> dict:
     """Runs one step as a process: wall seconds and peak RSS of the largest worker (alone and
-    with its children) and of the whole tree."""
+    with its children) and of the whole tree; the largest worker's anonymous / file / shared
+    memory at its peak."""
     start = time.perf_counter()
     err = open(log_file, "w") if log_file else subprocess.PIPE
     process = subprocess.Popen([sys.executable, "-m", *command], cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, text=True)
     parent = psutil.Process(process.pid)
     alone: dict[int, int] = {}
+    parts: dict[int, tuple[int, int, int]] = {}
     with_children: dict[int, int] = {}
     tree = 0
     while process.poll() is None:
@@ -74,11 +82,13 @@ def run_step(command: list[str], log_file: pathlib.Path | None = None) -> dict:
             for worker in worker_processes(parent):
                 own = worker.memory_info().rss
                 below = sum(c.memory_info().rss for c in worker.children(recursive=True))
-                alone[worker.pid] = max(alone.get(worker.pid, 0), own)
+                if own > alone.get(worker.pid, 0):
+                    alone[worker.pid] = own
+                    parts[worker.pid] = rss_parts(worker.pid)
                 with_children[worker.pid] = max(with_children.get(worker.pid, 0), own + below)
                 total += own + below
             tree = max(tree, total)
-        except psutil.Error:
+        except (psutil.Error, OSError):
             pass
         time.sleep(0.2)
     if process.returncode:
@@ -87,7 +97,10 @@ def run_step(command: list[str], log_file: pathlib.Path | None = None) -> dict:
     if log_file:
         err.close()
     gib = 2**30
+    largest = max(alone, key=alone.__getitem__, default=None)
+    anon, file, shmem = parts[largest] if largest is not None else (0, 0, 0)
     return {"seconds": time.perf_counter() - start, "worker_gib": max(alone.values(), default=0) / gib,
+            "peak_anon_gib": anon / gib, "peak_file_gib": file / gib, "peak_shmem_gib": shmem / gib,
             "worker_tree_gib": max(with_children.values(), default=0) / gib, "tree_gib": tree / gib}
 
 
@@ -103,8 +116,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
           f"{time.strftime('%Y-%m-%d')}")
-    print("| nodes | step | workers | method | wall s | rows/s | worker peak alone / with children (GiB) | tree (GiB) | edge cut | epoch s | remote |")
-    print("|---:|---|---:|---|---:|---:|---|---:|---:|---:|---:|")
+    print("| nodes | step | workers | method | wall s | rows/s | worker peak alone / with children (GiB) | tree (GiB) | edge cut | epoch s | remote | worker at peak: anon / file / shmem (GiB) |")
+    print("|---:|---|---:|---|---:|---:|---|---:|---:|---:|---:|---|")
     results = []
     with tempfile.TemporaryDirectory(prefix="gnnflow-probe-") as scratch:
         work = pathlib.Path(args.out or scratch)
@@ -122,7 +135,8 @@ def main() -> None:
 
             def report(step: str, workers: int, method: str, measured: dict, extra: str = "| | |") -> None:
                 print(f"| {count:,} | {step} | {workers} | {method} | {measured['seconds']:.1f} | {rows / measured['seconds']:,.0f} | "
-                      f"{measured['worker_gib']:.2f} / {measured['worker_tree_gib']:.2f} | {measured['tree_gib']:.2f} {extra}", flush=True)
+                      f"{measured['worker_gib']:.2f} / {measured['worker_tree_gib']:.2f} | {measured['tree_gib']:.2f} {extra} "
+                      f"{measured['peak_anon_gib']:.2f} / {measured['peak_file_gib']:.2f} / {measured['peak_shmem_gib']:.2f} |", flush=True)
                 results.append({"nodes": count, "step": step, "workers": workers, "method": method, **measured})
 
             path = folder / "config.yaml"

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 
+import psutil
 import pytest
 import torch
 
@@ -71,6 +72,10 @@ def test_node_classification_two_workers_and_one(tmp_path, citeseer_partitions):
     lines = [json.loads(line) for line in two.read_bytes("metrics.jsonl").decode().splitlines()]
     assert len(lines) == metrics["epochs_run"] and lines[0]["epoch"] == 0
     assert {"loss", "train_accuracy", "val_accuracy", "val_macro_f1", "seconds", "batches_per_s"} <= set(lines[0])
+    # The largest worker's peak so far: above what importing torch and PyG alone holds, below the
+    # machine, and never falling from one epoch to the next.
+    peaks = [line["peak_memory_mib"] for line in lines]
+    assert 256 <= peaks[0] <= psutil.virtual_memory().total / 2**20 and peaks == sorted(peaks), peaks
     state = torch.load(io.BytesIO(two.read_bytes("model.pt")), weights_only=True)
     assert state["head.weight"].shape == (6, 64)
 
@@ -85,7 +90,7 @@ def test_node_classification_two_workers_and_one(tmp_path, citeseer_partitions):
 def published_state(published: storage.PublishedOutput) -> tuple[dict, list[dict], dict[str, torch.Tensor]]:
     """metrics.json, metrics.jsonl without its timings, and the model's weights."""
     lines = [json.loads(line) for line in published.read_bytes("metrics.jsonl").decode().splitlines()]
-    untimed = [{k: v for k, v in line.items() if k not in ("seconds", "batches_per_s")} for line in lines]
+    untimed = [{k: v for k, v in line.items() if k not in ("seconds", "batches_per_s", "peak_memory_mib")} for line in lines]
     return published.read_json("metrics.json"), untimed, torch.load(io.BytesIO(published.read_bytes("model.pt")), weights_only=True)
 
 

@@ -4,7 +4,7 @@ Output (published atomically)::
 
     model.pt            best-validation ``state_dict`` (load with ``weights_only=True``)
     model_spec.json     what rebuilding the model needs (task, dims, classes, model section)
-    metrics.jsonl       one line per epoch: loss, train/val metrics, seconds, batches/s
+    metrics.jsonl       one line per epoch: loss, train/val metrics, seconds, batches/s, the largest worker's peak memory
     tensorboard/        the same curves as a TensorBoard event file (see components/train/curves.py)
     metrics.json        best epoch, validation and test metrics of the best model
     learnt_embeddings/<type>/shard-<rank>.pt

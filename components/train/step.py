@@ -15,6 +15,7 @@ import io
 import json
 import logging
 import math
+import resource
 import time
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_partition
 from components.runtime import watchdog
 from components.runtime.allocator import reuse_freed_memory
-from components.runtime.collectives import gather_to_rank_zero
+from components.runtime.collectives import all_max_int, gather_to_rank_zero
 from components.runtime.launcher import WorkerContext, launch_staged, publishes_here
 from components.runtime.threads import ThreadPlan, Work, use_worker_threads
 from components.train import attempts, checkpoint, curves, health
@@ -160,6 +161,12 @@ def _any_rank(flag: bool) -> bool:
     return bool(all_sum(torch.tensor([int(flag)])))
 
 
+def _largest_peak_memory_mib() -> int:
+    """The largest peak resident memory of any worker process so far, in MiB (collective): what a
+    replica must hold per worker, watched epoch by epoch (its own sampling processes not counted)."""
+    return all_max_int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # ru_maxrss: KiB on Linux
+
+
 def _preempted(ctx: WorkerContext, epoch: int, batches: int, output: storage.Uri) -> interruption.Preempted:
     """What every rank returns when they stopped on SIGTERM: the step ends with it (exit 75)."""
     where = f"batch {batches} of epoch {epoch + 1}" if batches else f"the end of epoch {epoch}"
@@ -215,6 +222,7 @@ def _train_epochs(
             "seconds": round(seconds, 3),
             "batches_per_s": round(result.batches / seconds, 2) if seconds else 0.0,
             "remote_fraction": round(result.remote_fraction, 4),
+            "peak_memory_mib": _largest_peak_memory_mib(),
         } | (embeddings.epoch_figures() if embeddings is not None else {})
         state.history.append(line)
         state.wall_times.append(time.time())
@@ -243,7 +251,7 @@ def _train_epochs(
             train_part = f", train {metric} {result.train[metric]:.4f}" if metric in result.train else ""
             remote = "edges read from other workers" if config.training.mode == "full_graph" else "sampled nodes remote"
             log.info(
-                "epoch %d/%d: loss %.4f%s, val %s %.4f%s in %.1fs (%d batches, %s %.1f%%)",
+                "epoch %d/%d: loss %.4f%s, val %s %.4f%s in %.1fs (%d batches, %s %.1f%%, peak memory %.2f GiB on the largest worker)",
                 epoch + 1,
                 config.training.epochs,
                 result.loss,
@@ -255,6 +263,7 @@ def _train_epochs(
                 result.batches,
                 remote,
                 100 * result.remote_fraction,
+                line["peak_memory_mib"] / 1024,
             )
         limit = config.training.stop_at_chance_epochs
         health.check_learning(state.epochs_at_chance, state.steps_at_chance, result.loss, result.chance_loss, limit, task_type)
