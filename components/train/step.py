@@ -213,6 +213,7 @@ def _train_epochs(
         slowest = torch.tensor([result.seconds])
         with watchdog.phase("all-reduce"):
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            peak_memory_mib = _largest_peak_memory_mib()
         seconds = float(slowest)
         line = {
             "epoch": epoch,
@@ -222,7 +223,7 @@ def _train_epochs(
             "seconds": round(seconds, 3),
             "batches_per_s": round(result.batches / seconds, 2) if seconds else 0.0,
             "remote_fraction": round(result.remote_fraction, 4),
-            "peak_memory_mib": _largest_peak_memory_mib(),
+            "peak_memory_mib": peak_memory_mib,
         } | (embeddings.epoch_figures() if embeddings is not None else {})
         state.history.append(line)
         state.wall_times.append(time.time())
