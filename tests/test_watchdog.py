@@ -4,6 +4,7 @@ the rank, its host and phase, and leave no process, shared-memory file or SysV s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -131,6 +132,22 @@ class _Statuses:
 
     def status(self) -> str:
         return self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+
+
+def test_a_waiter_in_uninterruptible_sleep_is_not_blamed_for_a_peer_that_never_came() -> None:
+    """Rank 0 waits at the rendezvous for rank 1, stuck before it; a page fault under load can hold
+    rank 0 in uninterruptible sleep at the moment of the check (a flaky blame of rank 0 in the
+    suite). Rank 1 is blamed; a stopped (SIGSTOP) process is still blamed wherever it is."""
+    asleep, stopped = "process 10 (gnnflow-rank-0) is in uninterruptible sleep", "process 10 (gnnflow-rank-0) is stopped"
+    waiter = watchdog.Stall(0, "rendezvous", 9.0, 8.0, "resources.rendezvous_timeout_s", asleep)
+    late = watchdog.Stall(1, "starting", 9.5, 8.0, "resources.rendezvous_timeout_s", None)
+    assert watchdog.blame([waiter, late]) is late
+    stopped_waiter = dataclasses.replace(waiter, stopped=stopped)
+    assert watchdog.blame([stopped_waiter, late]) is stopped_waiter
+    # Among ranks that are not waiting, lasting uninterruptible sleep still points at the cause.
+    computing = watchdog.Stall(2, "computing", 30.0, 10.0, "resources.progress_timeout_s", None)
+    stuck_read = dataclasses.replace(computing, local_rank=3, seconds=12.0, stopped=asleep)
+    assert watchdog.blame([computing, stuck_read, waiter]) is stuck_read
 
 
 def test_uninterruptible_sleep_is_blamed_only_when_it_lasts() -> None:

@@ -9,9 +9,9 @@ in and when it last moved (:func:`mark`); a batch, a shard, a round of a collect
 progress. The launcher's supervisor (:class:`ProgressBoard`) checks the slots every poll.
 
 Which worker to blame: when one stops, its peers soon stop too, waiting for it. The rank whose
-process tree holds a stopped (SIGSTOP, a debugger) or uninterruptible process comes first; then
-a rank that is not waiting on its peers (in ``rendezvous``, ``all-reduce`` or ``publishing`` it
-waits for the others); then the rank that moved last the longest ago.
+process tree holds a stopped process (SIGSTOP, a debugger) comes first; then a rank that is not
+waiting on its peers (in ``rendezvous`` or ``all-reduce`` it waits for the others), one in lasting
+uninterruptible sleep before the others; then the rank that moved last the longest ago.
 """
 
 from __future__ import annotations
@@ -124,8 +124,7 @@ class ProgressBoard:
 
         A worker at the rendezvous or in ``all-reduce`` is excused while another local worker
         is within its limit: it waits for that one (a peer still importing, or computing). The
-        :data:`LONG_PHASES` have the rendezvous limit. Among stalls, a stopped process's rank is
-        blamed first, then one that is not waiting for its peers, then the longest stalled."""
+        :data:`LONG_PHASES` have the rendezvous limit. Among stalls, :func:`blame` picks the rank."""
         last = {local_rank: self.last(local_rank) for local_rank in running}
         stalls = []
         for local_rank, (seconds, name) in last.items():
@@ -135,18 +134,35 @@ class ProgressBoard:
                 continue
             key = "resources.rendezvous_timeout_s" if name in LONG_PHASES else "resources.progress_timeout_s"
             stalls.append(Stall(local_rank, name, seconds, self._limit(name), key, stopped_process(running[local_rank])))
-        if not stalls:
-            return None
-        return min(stalls, key=lambda s: (s.stopped is None, s.phase in WAITING_ON_PEERS, s.phase in LONG_PHASES, -s.seconds))
+        return blame(stalls) if stalls else None
 
     def _limit(self, phase: str) -> float:
         return self.rendezvous_timeout_s if phase in LONG_PHASES else self.progress_timeout_s
 
 
+def blame(stalls: list[Stall]) -> Stall:
+    """The stall whose rank caused the others.
+
+    A stopped process is the cause wherever it is. Uninterruptible sleep is weaker evidence (a
+    page fault under load lasts seconds): it decides only among ranks that are not waiting on
+    their peers, or among waiters; a waiter caught in it was not why a peer never came."""
+    return min(
+        stalls,
+        key=lambda s: (
+            not s.stopped or s.stopped.endswith(_UNINTERRUPTIBLE),
+            s.phase in WAITING_ON_PEERS,
+            s.stopped is None,
+            s.phase in LONG_PHASES,
+            -s.seconds,
+        ),
+    )
+
+
+_UNINTERRUPTIBLE = "in uninterruptible sleep"
 _CANNOT_RUN = {
     psutil.STATUS_STOPPED: "stopped",
     psutil.STATUS_TRACING_STOP: "stopped by a tracer",
-    psutil.STATUS_DISK_SLEEP: "in uninterruptible sleep",
+    psutil.STATUS_DISK_SLEEP: _UNINTERRUPTIBLE,
 }
 
 
@@ -157,7 +173,7 @@ _DISK_SLEEP_LOOKS = 5
 
 def _cannot_run(process: psutil.Process) -> str | None:
     state = _CANNOT_RUN.get(process.status())
-    if state != _CANNOT_RUN[psutil.STATUS_DISK_SLEEP]:
+    if state != _UNINTERRUPTIBLE:
         return state
     for _ in range(_DISK_SLEEP_LOOKS - 1):
         time.sleep(0.1)
