@@ -133,7 +133,6 @@ def test_link_prediction(tmp_path):
     assert metrics["test_count"] == test_edges and 400 <= test_edges <= 520  # positives scored: every test edge once
 
 
-@needs_citeseer
 def test_a_worker_without_validation_seeds_takes_part(tmp_path, one_sided_validation):
     # Building a GLT loader is collective: rank 1 builds its (empty) validation loader too.
     raw, partitions, labelled_val = one_sided_validation
