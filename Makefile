@@ -43,8 +43,12 @@ lint: setup
 	$(BIN)/mypy
 
 # Re-resolve the pinned set after changing a direct dependency (keep STACK.md's constraints).
+# --all: plain `pip freeze` leaves out setuptools (and wheel), which packages need to install
+# (grpcio-tools requires setuptools>=77), and the image's venv seeds an older one. pip itself is
+# pinned above, the two source builds in requirements/source-builds.txt. tests/test_lock.py
+# checks that the result is closed under dependencies.
 lock: setup
-	{ sed -n '1,2p' requirements/lock.txt; $(PIP) freeze --exclude-editable | grep -viE '^(torch[-_]scatter|torch[-_]sparse)=='; } > requirements/lock.txt.new
+	{ sed -n '1,2p' requirements/lock.txt; $(PIP) freeze --all --exclude-editable | grep -viE '^(pip|torch[-_]scatter|torch[-_]sparse)=='; } > requirements/lock.txt.new
 	mv requirements/lock.txt.new requirements/lock.txt
 
 clean-venv:

@@ -104,7 +104,9 @@ def loader_benchmark(args: argparse.Namespace, tmp: Path) -> None:
         parts = [decode_tfrecord_file(p.read_bytes(), int64_keys, float_keys, source=str(p)) for p in ours]
         return {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
 
-    job = EntityLoad("node", "paper", str(storage.parse_uri(str(tmp / "ours"))), tuple(p.name for p in ours), int64_keys, float_keys)
+    expected = tuple(storage.Expected(storage.FileEntry.of(p.read_bytes()), "the benchmark's own record") for p in ours)
+    root = str(storage.parse_uri(str(tmp / "ours")))
+    job = EntityLoad("node", "paper", root, tuple(p.name for p in ours), expected, int64_keys, float_keys)
 
     spec = {k: tf.io.FixedLenFeature([], tf.int64) for k in int64_keys}
     spec.update({n: tf.io.FixedLenFeature([], tf.float32) for n in names})

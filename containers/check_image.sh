@@ -33,7 +33,8 @@
 # Prints the durations, the image size and the result; exits non-zero on any failure.
 # Environment: PYTHON (the Python 3.11 that makes the wheelhouse, default .venv/bin/python),
 # DEBIAN_MIRROR (default: read from /etc/apt/sources.list*), FRESH=1 (rebuild the base image),
-# BEAM_SOURCE, BEAM_SOURCE_VERSION, BEAM_GO_DEPS, GO_IMAGE, GO_SOURCES, GOFLAGS, GOPROXY (step 4),
+# BEAM_SOURCE, BEAM_SOURCE_SHA256 (needed for a tarball), BEAM_SOURCE_VERSION, BEAM_GO_DEPS, GO_IMAGE,
+# GO_SOURCES, GOFLAGS, GOPROXY (step 4),
 # IMAGE (the tag, default below),
 # CLEAN=1 (remove the images and the wheelhouse at the end; the exported root filesystem and
 # the build context are always removed).
@@ -48,6 +49,7 @@ go_deps=${BEAM_GO_DEPS:-$([ -n "${GO_IMAGE:-}" ] && echo modules || echo gopath)
 beam_source_version=${BEAM_SOURCE_VERSION:-}
 image=${IMAGE:-localhost/gnnflow-check/step:cpu}
 beam_source=${BEAM_SOURCE:-}
+beam_source_sha256=${BEAM_SOURCE_SHA256:-}
 root=$work/rootfs
 ctx=$work/context
 started=$(date +%s)
@@ -107,6 +109,10 @@ fi
 
 if [ -n "$beam_source" ]; then
     [ -e "$beam_source" ] || die "BEAM_SOURCE=$beam_source does not exist"
+    # Checked by the build itself (sha256sum -c in containers/build_beam_boot.sh); refused here
+    # already when missing, before the long steps.
+    [ -d "$beam_source" ] || [ -n "$beam_source_sha256" ] \
+        || die "BEAM_SOURCE=$beam_source is an archive: set BEAM_SOURCE_SHA256 to its sha256 (from where you took it)"
     step "Go toolchain image $go_image (Beam's boot program is compiled with it; Go dependencies: $go_deps)"
     if [ -n "${GO_IMAGE:-}" ]; then
         podman image exists "$go_image" || die "GO_IMAGE=$go_image is not a local image (no registry is assumed)"
@@ -147,13 +153,15 @@ cp -a .dockerignore pyproject.toml README.md requirements components pipelines c
 cp -al "$work/wheels" "$ctx/wheels" 2> /dev/null || cp -a "$work/wheels" "$ctx/wheels"
 boot_args=(--build-arg BEAM_BOOT=none)
 if [ -n "$beam_source" ]; then
-    # A tarball keeps its name (ADD unpacks it), a tree is copied as beam-source/.
+    # The folder beam-source/ of the context: a tree as it is, a tarball inside it (ADD would
+    # unpack a tarball named directly, and its checksum could not be checked).
     if [ -d "$beam_source" ]; then
-        cp -a "$beam_source" "$ctx/beam-source"; source_arg=beam-source
+        cp -a "$beam_source" "$ctx/beam-source"
     else
-        cp -a "$beam_source" "$ctx/"; source_arg=$(basename "$beam_source")
+        mkdir "$ctx/beam-source" && cp -a "$beam_source" "$ctx/beam-source/"
     fi
-    boot_args=(--build-arg BEAM_BOOT=source --build-arg BEAM_SOURCE="$source_arg" --build-arg GO_IMAGE="$go_image"
+    boot_args=(--build-arg BEAM_BOOT=source --build-arg BEAM_SOURCE=beam-source
+               --build-arg BEAM_SOURCE_SHA256="$beam_source_sha256" --build-arg GO_IMAGE="$go_image"
                --build-arg BEAM_GO_DEPS="$go_deps" --build-arg GOFLAGS="${GOFLAGS:-}" --build-arg GOPROXY="${GOPROXY:-}")
     [ -z "$beam_source_version" ] || boot_args+=(--build-arg BEAM_SOURCE_VERSION="$beam_source_version")
 else
@@ -245,7 +253,8 @@ if [ -n "$beam_source" ]; then
     [ -f "$root/opt/apache/beam/boot-source.txt" ] || die "no /opt/apache/beam/boot-source.txt in the image"
     sed 's/^/    /' "$root/opt/apache/beam/boot-source.txt"
     built_version=$(sed -n 's/^version.py: \([^ ]*\).*/\1/p' "$root/opt/apache/beam/boot-source.txt")
-    boot_result="/opt/apache/beam/boot built from $beam_source (Beam $built_version, Go dependencies: $go_deps)"
+    checksum=$(sed -n 's/^checksum: //p' "$root/opt/apache/beam/boot-source.txt")
+    boot_result="/opt/apache/beam/boot built from $beam_source (Beam $built_version, checksum: $checksum, Go dependencies: $go_deps)"
     if [ -n "$beam_source_version" ]; then
         boot_result="$boot_result; NOT the locked release: built from Beam $built_version (BEAM_SOURCE_VERSION)"
     fi

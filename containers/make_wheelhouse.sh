@@ -3,7 +3,8 @@
 # so that `--build-arg WHEELHOUSE=wheels` builds the image without reaching a package index
 # (behind a firewall, or where the build's TLS trust differs from the host's).
 #
-#   containers/make_wheelhouse.sh [DIR]        # default DIR: wheels (in the repository root)
+#   containers/make_wheelhouse.sh [DIR]          # default DIR: wheels (in the repository root)
+#   containers/make_wheelhouse.sh --check [DIR]  # only the final check, of a wheelhouse made before
 #   docker build -f containers/Dockerfile --build-arg WHEELHOUSE=wheels -t IMAGE .
 #
 # Run it from the repository root, on a machine with the image's platform (x86_64, glibc no
@@ -24,9 +25,17 @@
 # kernels of torch's CUDA version) before it stays in DIR. Without FORCE_CUDA=1, a cached wheel
 # that holds CUDA modules is not taken, and CUDA wheels (+cu...) of the two releases are removed
 # from DIR, so a wheelhouse never holds both kinds.
+# It ends by resolving the lock and the source builds from DIR alone WITH their dependencies, as
+# the image build installs them: in a fresh virtualenv of the same Python (seeded, as the
+# image's `python3 -m venv` is, with an old setuptools and pip), pip 24.3.1 from DIR, then
+# `pip install --dry-run --no-index --find-links DIR`. So a lock that misses a package the
+# install needs (a dependency `pip freeze` left out, such as setuptools) fails here, in about a
+# minute, and not twenty minutes into the image build.
 # About 3.5 GB, mostly torch and its CUDA libraries. Running it again refreshes DIR in place.
 set -euo pipefail
 
+check_only=""
+if [ "${1:-}" = --check ]; then check_only=1; shift; fi
 dir=${1:-wheels}
 python=${PYTHON:-.venv/bin/python}
 [ -f requirements/lock.txt ] && [ -f requirements/source-builds.txt ] \
@@ -55,6 +64,33 @@ if found is None or found.group(1) != torch.version.cuda:
     sys.exit("make_wheelhouse.sh: FORCE_CUDA=1, but " + nvcc + " is CUDA " + (found.group(1) if found else "?")
              + "; torch " + torch.__version__ + " needs CUDA " + torch.version.cuda)
 print("cu" + "".join(torch.version.cuda.split(".")[:2]))')
+fi
+# Removes the scratch folders (the unpacked CUDA wheels, the check's virtualenv) on exit.
+scratch=()
+trap 'rm -rf "${scratch[@]}"' EXIT
+
+# The wheelhouse must resolve as the image build resolves it: see the header.
+check_wheelhouse() {
+    [ -d "$dir" ] || { echo "make_wheelhouse.sh: no wheelhouse at $dir" >&2; exit 2; }
+    echo "==> checking that $dir alone satisfies the lock and the source builds, with their dependencies"
+    local venv seeded
+    venv=$(mktemp -d)
+    scratch+=("$venv")
+    "$python" -m venv "$venv/venv"
+    seeded=$("$venv/venv/bin/python" -c 'import importlib.metadata as m; print(", ".join(f"{d} {m.version(d)}" for d in ("pip", "setuptools")))' 2> /dev/null || true)
+    echo "    a fresh virtualenv of $("$python" -c 'import sys; print(sys._base_executable)'), seeded with ${seeded:-nothing}"
+    local offline=(env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL -u PIP_CONSTRAINT -u PIP_NO_DEPS
+                   PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
+                   "$venv/venv/bin/python" -m pip install --quiet --no-index --find-links "$dir")
+    "${offline[@]}" pip==24.3.1 \
+        || { echo "make_wheelhouse.sh: $dir has no pip 24.3.1 the image build can install" >&2; exit 1; }
+    "${offline[@]}" --dry-run -r requirements/lock.txt -r requirements/source-builds.txt \
+        || { echo "make_wheelhouse.sh: the image build would fail: $dir does not satisfy requirements/lock.txt and requirements/source-builds.txt with their dependencies (pin what pip names above in requirements/lock.txt: make lock)" >&2; exit 1; }
+    echo "==> wheelhouse ready: $dir ($(find "$dir" -name '*.whl' | wc -l) wheels, $(du -sh "$dir" | cut -f1))"
+}
+if [ -n "$check_only" ]; then
+    check_wheelhouse
+    exit 0
 fi
 mkdir -p "$dir"
 
@@ -125,16 +161,10 @@ done
 if [ -n "$cuda" ]; then
     echo "==> checking the CUDA builds: containers/check_cuda_extensions.py on ${built[*]}"
     unpacked=$(mktemp -d)
-    trap 'rm -rf "$unpacked"' EXIT
+    scratch+=("$unpacked")
     for wheel in "${built[@]}"; do "$python" -m zipfile -e "$wheel" "$unpacked"; done
     PYTHONPATH="$unpacked" "$python" containers/check_cuda_extensions.py \
         || { rm -f "${built[@]}"; echo "make_wheelhouse.sh: removed ${built[*]}: not CUDA builds of torch's CUDA version" >&2; exit 1; }
 fi
 
-# The image installs with --no-index from DIR alone: check that every pinned file is there and
-# installs on this Python (no index, no pip configuration, no installed packages consulted).
-echo "==> checking that $dir alone satisfies the lock and the source builds"
-env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL -u PIP_CONSTRAINT PIP_CONFIG_FILE=/dev/null \
-    "${pip[@]}" install --dry-run --quiet --no-deps --ignore-installed --no-index --find-links "$dir" \
-    pip==24.3.1 -r requirements/lock.txt -r requirements/source-builds.txt
-echo "==> wheelhouse ready: $dir ($(find "$dir" -name '*.whl' | wc -l) wheels, $(du -sh "$dir" | cut -f1))"
+check_wheelhouse

@@ -14,10 +14,11 @@ log = logging.getLogger("gnnflow.compile")
 
 
 def _compile(args: argparse.Namespace) -> None:
+    from components.config import ResourcesSpec
     from pipelines.dag import DEFAULT_IMAGE, compile_pipeline, load_exports, load_resources  # kfp loads only for this command
 
     if args.tuning:
-        from pipelines.tune.command import compile_tuning
+        from pipelines.tuning_pipeline import compile_tuning
 
         compile_tuning(args)
         return
@@ -27,7 +28,12 @@ def _compile(args: argparse.Namespace) -> None:
     if args.image is None:
         log.warning("no --image: the spec names the placeholder %r, which a cluster cannot pull", image)
     runner = resources.runner if resources else "local"
-    layout = f"{resources.replica_count} replica(s) per CustomJob" if resources and runner == "vertex" else "workers inside their tasks"
+    shm_size = (resources or ResourcesSpec()).shm_size
+    layout = (
+        f"{resources.replica_count} replica(s) per CustomJob"
+        if resources and runner == "vertex"
+        else f"workers inside their tasks, with a {shm_size} in-memory /dev/shm (resources.shm_size)"
+    )
     log.info(
         "wrote the pipeline spec to %s (image %s; multi-worker steps: runner %s, %s%s)",
         args.output,

@@ -31,6 +31,10 @@ steps do not: their failures are mostly deterministic (a bad config, running out
 a KFP retry would provision all N replicas again, and on Vertex AI the CustomJob already
 restarts its replicas together after a replica restart (train resuming from its checkpoint).
 With runner vertex, their task requests do not apply (the task only launches the job).
+
+Shared memory: with runner local, partition, train and infer get an in-memory emptyDir of
+``resources.shm_size`` at ``/dev/shm`` (kfp-kubernetes; a pod's own is 64 MiB). With runner
+vertex their replicas are CustomJob containers, whose ``/dev/shm`` Vertex AI decides.
 """
 
 import os
@@ -39,7 +43,7 @@ from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
 import yaml
-from kfp import compiler, dsl
+from kfp import compiler, dsl, kubernetes
 from kfp.dsl import HTML, Artifact, Dataset, Metrics, Model
 from pydantic import BaseModel, ValidationError
 
@@ -52,6 +56,7 @@ from components.infer.component import build_component as infer_component
 from components.partition.component import build_component as partition_component
 from components.preprocess.component import build_component as preprocess_component
 from components.report.component import build_component as report_component
+from components.runtime.shm_budget import SHM_PATH
 from components.serialize.component import build_component as serialize_component
 from components.train.component import build_component as train_component
 from pipelines.vertex_job import TENSORBOARD_BASE_OUTPUT, custom_job_component
@@ -59,6 +64,7 @@ from pipelines.vertex_job import TENSORBOARD_BASE_OUTPUT, custom_job_component
 PIPELINE_NAME = "gnnflow"
 DEFAULT_IMAGE = "gnnflow:latest"  # a placeholder: give --image REGISTRY/PATH/gnnflow:TAG for a cluster
 RETRIED_STEPS: tuple[StepName, ...] = ("preprocess", "serialize", "report", "export")
+SHM_VOLUME = "dshm"  # the in-memory volume at /dev/shm of partition, train and infer
 RETRY = {"num_retries": 2, "backoff_duration": "30s", "backoff_factor": 2.0, "backoff_max_duration": "600s"}
 
 
@@ -85,6 +91,13 @@ def apply_requests(task: dsl.PipelineTask, requests: TaskRequests) -> None:
         task.set_memory_request(requests.memory).set_memory_limit(requests.memory)
     if requests.accelerator_type is not None:
         task.set_accelerator_type(requests.accelerator_type).set_accelerator_limit(requests.accelerator_count or 1)
+
+
+def mount_shared_memory(task: dsl.PipelineTask, size: str) -> None:
+    """Mounts an in-memory emptyDir of ``size`` (``resources.shm_size``) at the task's ``/dev/shm``
+    (KFP on Kubernetes): the multi-worker steps place feature tables, adjacency and loading
+    buffers there (components/runtime/shm_budget.py), and its pages count against the pod's memory."""
+    kubernetes.empty_dir_mount(task, volume_name=SHM_VOLUME, mount_path=SHM_PATH, medium="Memory", size_limit=size)
 
 
 def build_pipeline(
@@ -116,6 +129,8 @@ def build_pipeline(
     def configure(task: dsl.PipelineTask, step: StepName) -> dsl.PipelineTask:
         if not (on_vertex and step in MULTI_WORKER_STEPS):  # there the replicas' machines come from custom_job
             apply_requests(task, resources.requests_for(step))
+            if step in MULTI_WORKER_STEPS:  # its workers run in this task's pod, whose own /dev/shm is 64 MiB
+                mount_shared_memory(task, resources.shm_size)
         if step in RETRIED_STEPS:
             task.set_retry(**RETRY)
         return task

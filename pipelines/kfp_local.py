@@ -22,13 +22,12 @@ from typing import Any
 
 from components import storage
 from components.config import GnnflowConfig, load_config, resolve_config
+from components.config.preflight import PlannedRun
 from components.errors import GnnflowError
-from components.export.step import check_export_destination
-from components.infer.layerwise import check_exact_config
 from components.infer.output import MODES
-from components.tables.bigquery_tables import check_bigquery_inputs
 from components.tables.reading import tables_fingerprint
 from pipelines.local_run import metric_lines
+from pipelines.preflight import check_before_run
 
 log = logging.getLogger("gnnflow.kfp_local")
 
@@ -56,10 +55,7 @@ def check_runnable(config: GnnflowConfig, infer_mode: str) -> None:
     """What would fail inside a task but can be known before any task starts."""
     if infer_mode not in MODES:
         raise GnnflowError(f"unknown inference mode {infer_mode!r}: choose one of {', '.join(MODES)}")
-    if infer_mode == "exact":
-        check_exact_config(config)
-    check_bigquery_inputs(config)
-    check_export_destination(config)
+    check_before_run(PlannedRun(config, infer_mode, local=True))  # every task runs on this machine
     if config.resources.runner != "local":
         raise GnnflowError(
             f"resources.runner is {config.resources.runner!r}, but kfp.local keeps every artifact on this machine, "

@@ -20,19 +20,19 @@ from dataclasses import dataclass, field
 
 from components import storage
 from components.config import GnnflowConfig, apply_overrides, load_config
+from components.config.preflight import PlannedRun
 from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
-from components.export.step import check_export_destination, export
-from components.infer.layerwise import check_exact_config
+from components.export.step import export
 from components.infer.step import infer
 from components.partition.step import partition
 from components.preprocess.step import preprocess
 from components.report.step import report
 from components.serialize.step import serialize
-from components.tables.bigquery_tables import check_bigquery_inputs
 from components.tables.proposal import propose_config, render
 from components.tables.reading import tables_fingerprint
 from components.train.step import train
+from pipelines.preflight import check_before_run
 
 log = logging.getLogger("gnnflow.run")
 
@@ -201,10 +201,8 @@ class _RunState:
 
 def run_pipeline(config: GnnflowConfig, root: storage.Uri, infer_mode: str = "sampled", force: bool = False) -> RunResult:
     """Runs (or skips, when up to date) each step under ``root``; returns where outputs went."""
-    if infer_mode == "exact":
-        check_exact_config(config)  # before preprocess starts
-    check_export_destination(config)  # a missing BigQuery dataset fails now, not after training
-    check_bigquery_inputs(config)  # bq:// tables' columns and types, before preprocess starts
+    # bq:// columns, a GPU this machine lacks, exact inference, the export dataset: before preprocess starts
+    check_before_run(PlannedRun(config, infer_mode, local=True))
     outputs = RunOutputs.under(root)
     storage.write_text(root.join("config.resolved.yaml"), config.to_yaml())
     ran, skipped = run_steps(config, root, STEP_NAMES, infer_mode, force)

@@ -32,11 +32,11 @@ import yaml
 
 from components import storage
 from components.config import EdgeTableSpec, GnnflowConfig, NodeTableSpec, load_config, resolve_config
+from components.config.preflight import PlannedRun
 from components.errors import GnnflowError
-from components.export.step import check_export_destination
 from components.storage import gcs as gcs_backend
-from components.tables.bigquery_tables import check_bigquery_inputs
 from components.tables.reading import tables_fingerprint
+from pipelines.preflight import check_before_run
 
 log = logging.getLogger("gnnflow.submit")
 
@@ -158,10 +158,6 @@ def prepare_run(request: RunRequest) -> PreparedRun:
     text = base.to_yaml()
     overrides = json.dumps(dict(request.overrides), sort_keys=True)
     resolved = resolve_config(text, overrides)
-    if request.infer_mode == "exact":
-        from components.infer.layerwise import check_exact_config
-
-        check_exact_config(resolved)  # refused here, not by the infer task after hours of training
     sections: list[tuple[str, Sequence[NodeTableSpec | EdgeTableSpec]]] = [
         ("graph.nodes", resolved.graph.nodes),
         ("graph.edges", resolved.graph.edges),
@@ -173,8 +169,8 @@ def prepare_run(request: RunRequest) -> PreparedRun:
                     f"config {request.config}: {section}[{i}].uri {table.uri!r} is not a gs:// URI (nor a bq:// table); "
                     "a pipeline run on Vertex AI or KFP can only read tables on GCS or in BigQuery"
                 )
-    check_bigquery_inputs(resolved)  # refused here, not by the preprocess task
-    check_export_destination(resolved)  # a missing output dataset, before the run trains for hours
+    # bq:// columns, exact inference, the export dataset: refused here, not by a task hours later
+    check_before_run(PlannedRun(resolved, request.infer_mode, local=False))
     config_parameter = str(storage.parse_uri(request.config)) if request.config_as == "uri" else text
     if request.config_as == "uri" and not config_parameter.startswith("gs://"):
         raise GnnflowError(f"config {request.config}: a run that reads its config by URI needs a gs:// URI")
@@ -240,9 +236,9 @@ def check_pipeline_root(root: str) -> None:
     uri = storage.parse_uri(root)
     assert isinstance(uri, storage.GcsUri)
     try:
-        exists = gcs_backend.client().bucket(uri.bucket).exists(retry=gcs_backend.RETRY)
-    except Exception as exc:  # noqa: BLE001
-        raise GnnflowError(f"cannot check the pipeline root bucket gs://{uri.bucket}: {exc} (--no-root-check skips this)") from exc
+        exists = gcs_backend.bucket_exists(uri.bucket)
+    except GnnflowError as exc:
+        raise GnnflowError(f"cannot check the pipeline root bucket: {exc} (--no-root-check skips this)") from exc
     if not exists:
         raise GnnflowError(
             f"pipeline root {root}: bucket gs://{uri.bucket} does not exist; create it in the pipeline's region "

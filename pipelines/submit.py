@@ -18,6 +18,7 @@ from typing import Any
 
 from components.config import parse_overrides
 from components.errors import GnnflowError
+from components.services.deadline import ServiceUnreachable
 from pipelines.arguments import key_value_pairs, parse_set
 from pipelines.backends import backend_for
 from pipelines.run_request import (
@@ -84,6 +85,8 @@ def wait_for(run: SubmittedRun, target: Target, options: WaitOptions) -> Submitt
             failures = 0
         except Exception as exc:  # noqa: BLE001
             failures += 1
+            if isinstance(exc.__cause__, ServiceUnreachable):
+                raise  # the poll already retried until the service deadline
             if not is_retryable(exc) or failures > _POLL_RETRIES:
                 raise SubmissionError(f"cannot get the state of {run.name}: {api_message(exc)}", is_retryable(exc)) from exc
             log.warning("getting the state of %s failed (%s); trying again", run.name, api_message(exc))

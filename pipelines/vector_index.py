@@ -78,15 +78,20 @@ def build_index(target: VertexTarget, request: IndexRequest) -> Any:
     from google.cloud import aiplatform
     from google.cloud.aiplatform.matching_engine import matching_engine_index_config as index_config
 
-    from pipelines.vertex_submit import init_vertex
+    from pipelines.vertex_submit import init_vertex, vertex_call
 
     files = check_folder(request.folder)
     init_vertex(target)
     distance = getattr(index_config.DistanceMeasureType, DISTANCES[request.distance])
     try:
         if request.update is not None:
-            index = aiplatform.MatchingEngineIndex(index_name=request.update)
-            index.update_embeddings(contents_delta_uri=request.folder, is_complete_overwrite=not request.upsert)
+            index_name, subject = request.update, f"Vector Search index {request.update}"
+            index = vertex_call(target, subject, lambda: aiplatform.MatchingEngineIndex(index_name=index_name))
+            vertex_call(
+                target,
+                subject,
+                lambda: index.update_embeddings(contents_delta_uri=request.folder, is_complete_overwrite=not request.upsert),
+            )
             log.info("vector-index: %s updated from %s (%d files, %s)", index.resource_name, request.folder, files,
                      "upsert" if request.upsert else "complete overwrite")  # fmt: skip
             return index
@@ -97,16 +102,19 @@ def build_index(target: VertexTarget, request: IndexRequest) -> Any:
             "distance_measure_type": distance,
             "index_update_method": "BATCH_UPDATE",
         }
+        create: Any
         if request.algorithm == "brute-force":
-            index = aiplatform.MatchingEngineIndex.create_brute_force_index(**common)
+            create = lambda: aiplatform.MatchingEngineIndex.create_brute_force_index(**common)  # noqa: E731
         else:
             # Vertex AI's documented tree-AH defaults, given so the request names its algorithm.
-            index = aiplatform.MatchingEngineIndex.create_tree_ah_index(
+            create = lambda: aiplatform.MatchingEngineIndex.create_tree_ah_index(  # noqa: E731
                 **common,
                 approximate_neighbors_count=request.neighbors,
                 leaf_node_embedding_count=1000,
                 leaf_nodes_to_search_percent=10,
             )
+        # A new index has no caller-chosen id: repeated only when the request never left this machine.
+        index = vertex_call(target, f"a Vector Search index from {request.folder}", create, idempotent=False)
     except api_exceptions.GoogleAPICallError as exc:
         raise GnnflowError(f"Vertex AI refused the index request for {request.folder}: {api_message(exc)}") from None
     log.info("vector-index: created %s from %s (%d files, %d dimensions)", index.resource_name, request.folder, files, request.dimensions)

@@ -28,6 +28,13 @@ from components.config import ResourcesSpec, StepName
 from components.errors import GnnflowError
 from pipelines.vertex_machines import check_custom_job_machines
 
+# KFP's command for a lightweight component: ``sh -ec`` writes the function's source to a file and
+# runs the executor on it. Vertex AI sends SIGTERM (preemption, cancel) to PID 1 of each replica's
+# container, and a shell that is PID 1 ignores it (a namespace's init gets no signal it has no
+# handler for), so the executor would never see it and train never checkpoint before the kill:
+# ``exec`` makes the executor (the step's launcher) PID 1.
+_EXECUTOR_RUN = "_KFP_RUNTIME=true python3 -m kfp.dsl.executor_main"
+
 TENSORBOARD_STEP: StepName = "train"  # the step whose job uploads curves to custom_job.tensorboard
 # A per-run folder for train's job (Vertex AI derives AIP_TENSORBOARD_LOG_DIR from it): resolved by Vertex AI Pipelines.
 TENSORBOARD_BASE_OUTPUT = f"{dsl.PIPELINE_ROOT_PLACEHOLDER}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}/{TENSORBOARD_STEP}-custom-job"
@@ -65,7 +72,21 @@ def custom_job_component(component: Any, step: StepName, resources: ResourcesSpe
         options["timeout"] = f"{spec.timeout_s}s"
     if spec.tensorboard and step == TENSORBOARD_STEP:
         options["tensorboard"] = spec.tensorboard
-    return create_custom_training_job_from_component(component, **options)
+    return create_custom_training_job_from_component(executor_as_pid_1(component), **options)
+
+
+def executor_as_pid_1(component: Any) -> Any:
+    """``component`` (built for this compile, changed in place) with its command ending in
+    ``exec`` of the KFP executor, so that the executor receives the SIGTERM sent to the container."""
+    container = component.component_spec.implementation.container
+    script = container.command[-2] if len(container.command) >= 2 else ""
+    if _EXECUTOR_RUN not in script:
+        raise GnnflowError(
+            f"the KFP component command no longer runs {_EXECUTOR_RUN!r} (a kfp upgrade?): "
+            "pipelines/vertex_job.py must make the executor PID 1 another way"
+        )
+    container.command[-2] = script.replace(_EXECUTOR_RUN, _EXECUTOR_RUN.replace(" python3", " exec python3"), 1)
+    return component
 
 
 def check_accelerator(accelerator_type: str | None) -> None:

@@ -24,9 +24,12 @@ import logging
 import re
 import secrets
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from components.errors import GnnflowError
+from components.services import deadline
+from pipelines.platform_spec import pipeline_spec_only
 from pipelines.run_request import PreparedRun, RunRequest, SubmissionError, SubmittedRun, VertexTarget, api_message, is_retryable
 
 log = logging.getLogger("gnnflow.submit")
@@ -35,6 +38,17 @@ _JOB_ID = re.compile(r"^[a-z][-a-z0-9]{0,127}$")
 DONE_STATES = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED", "PIPELINE_STATE_PAUSED"}
 SUCCEEDED = "PIPELINE_STATE_SUCCEEDED"
 CONTEXT_WAIT_S, CONTEXT_POLL_S = 300.0, 2.0  # how long a new run's metadata context is waited for, and how often asked
+T = TypeVar("T")
+
+
+def vertex_call(target: VertexTarget, subject: str, call: Callable[[], T], *, idempotent: bool = True) -> T:
+    """``call()`` to Vertex AI, retried on transient failures until the service deadline (on
+    failures to connect only, unless ``idempotent``); then a retryable :class:`SubmissionError`
+    naming ``subject`` and the endpoint, so a Pub/Sub trigger has the message redelivered."""
+    try:
+        return deadline.call(deadline.Service("Vertex AI", target.endpoint), subject, call, idempotent=idempotent)
+    except deadline.ServiceUnreachable as exc:
+        raise SubmissionError(str(exc), retryable=True) from exc
 
 
 def init_vertex(target: VertexTarget) -> None:
@@ -66,18 +80,19 @@ def vertex_pipeline_job(
     from google.cloud import aiplatform
 
     try:
-        return aiplatform.PipelineJob(
-            display_name=prepared.display_name,
-            template_path=package,
-            job_id=job_id,
-            pipeline_root=target.pipeline_root,
-            parameter_values=prepared.parameters,
-            enable_caching=request.enable_caching,
-            labels=dict(request.labels) or None,
-            credentials=vertex_credentials(target),
-            project=target.project,
-            location=target.region,
-        )
+        with pipeline_spec_only(package) as template:  # the SDK reads one YAML document
+            return aiplatform.PipelineJob(
+                display_name=prepared.display_name,
+                template_path=template,
+                job_id=job_id,
+                pipeline_root=target.pipeline_root,
+                parameter_values=prepared.parameters,
+                enable_caching=request.enable_caching,
+                labels=dict(request.labels) or None,
+                credentials=vertex_credentials(target),
+                project=target.project,
+                location=target.region,
+            )
     except ValueError as exc:
         raise GnnflowError(f"invalid Vertex AI pipeline job: {exc}") from exc
 
@@ -111,7 +126,16 @@ def _create(target: VertexTarget, request: RunRequest, prepared: PreparedRun, pa
     parent = f"projects/{target.project}/locations/{target.region}"
     service = pipeline_service(target)
     try:
-        return service.create_pipeline_job(parent=parent, pipeline_job=job, pipeline_job_id=job_id).name
+        # Repeated here only when the request never left this machine; an error the service
+        # answered is the caller's to retry (a trigger's Pub/Sub message is redelivered).
+        return vertex_call(
+            target,
+            f"pipeline job {parent}/pipelineJobs/{job_id}",
+            lambda: service.create_pipeline_job(parent=parent, pipeline_job=job, pipeline_job_id=job_id),
+            idempotent=False,
+        ).name
+    except SubmissionError:
+        raise
     except api_exceptions.Conflict as exc:  # 409: e.g. a redelivered trigger message whose run exists already
         return _existing_job(service, f"{parent}/pipelineJobs/{job_id}", exc)
     except Exception as exc:  # noqa: BLE001
@@ -126,9 +150,15 @@ def _create_in_experiment(target: VertexTarget, request: RunRequest, prepared: P
     experiment_name = target.experiment or ""
     init_vertex(target)  # the SDK's experiment classes take their endpoint from aiplatform.init
     try:
-        experiment = aiplatform.Experiment.get_or_create(
-            experiment_name, project=target.project, location=target.region, credentials=vertex_credentials(target)
+        experiment = vertex_call(
+            target,
+            f"Vertex AI Experiment {experiment_name!r}",
+            lambda: aiplatform.Experiment.get_or_create(
+                experiment_name, project=target.project, location=target.region, credentials=vertex_credentials(target)
+            ),
         )
+    except SubmissionError:
+        raise
     except ValueError as exc:  # a metadata context of that name that is not an experiment (e.g. a TensorBoard one)
         raise GnnflowError(f"--experiment {experiment_name!r}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001
@@ -137,10 +167,15 @@ def _create_in_experiment(target: VertexTarget, request: RunRequest, prepared: P
         ) from exc
     name = _create(target, request, prepared, package, job_id)
     run_context = _run_context(target, name)
+    metadata = MetadataServiceClient(
+        credentials=vertex_credentials(target), transport="rest", client_options={"api_endpoint": target.endpoint}
+    )
     try:
-        MetadataServiceClient(
-            credentials=vertex_credentials(target), transport="rest", client_options={"api_endpoint": target.endpoint}
-        ).add_context_children(context=experiment.resource_name, child_contexts=[run_context])
+        vertex_call(
+            target,
+            f"pipeline job {name} (joining Vertex AI Experiment {experiment_name!r})",
+            lambda: metadata.add_context_children(context=experiment.resource_name, child_contexts=[run_context]),
+        )
     except Exception as exc:  # noqa: BLE001
         raise SubmissionError(
             f"pipeline job {name} was submitted and runs, but joining Vertex AI Experiment {experiment_name!r} failed: {api_message(exc)}"
@@ -154,7 +189,7 @@ def _run_context(target: VertexTarget, name: str) -> str:
     service = pipeline_service(target)
     deadline = time.monotonic() + CONTEXT_WAIT_S
     while True:
-        job = service.get_pipeline_job(name=name)
+        job = vertex_call(target, f"pipeline job {name}", lambda: service.get_pipeline_job(name=name))
         if job.job_detail.pipeline_run_context.name:
             return str(job.job_detail.pipeline_run_context.name)
         if job.state.name in DONE_STATES or time.monotonic() > deadline:

@@ -60,8 +60,11 @@ def _extension_home() -> str:
 class BigQueryEmulator:
     """One ephemeral bqemulator process on two free loopback ports; a context manager."""
 
-    def __init__(self, *, project: str = PROJECT, startup_timeout_s: float = 60.0) -> None:
+    def __init__(self, *, project: str = PROJECT, startup_timeout_s: float = 60.0, gcs_local_root: str | None = None) -> None:
         self.project = project
+        # Where its load jobs read gs://bucket/path: gcs_local_root/bucket/path (BQEMU_GCS_LOCAL_ROOT),
+        # the layout of a fake-gcs-server with its filesystem backend rooted there.
+        self.gcs_local_root = gcs_local_root
         self._startup_timeout_s = startup_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self._home: str | None = None
@@ -82,6 +85,9 @@ class BigQueryEmulator:
     def environment(self) -> dict[str, str]:
         return {REST_EMULATOR_VARIABLE: self.rest_url, STORAGE_EMULATOR_VARIABLE: self.grpc_host}
 
+    def _gcs_settings(self) -> dict[str, str]:
+        return {"BQEMU_GCS_LOCAL_ROOT": self.gcs_local_root} if self.gcs_local_root else {}
+
     def start(self) -> None:
         self._home = _extension_home()
         executable = os.path.join(os.path.dirname(sys.executable), "bqemulator")
@@ -92,7 +98,7 @@ class BigQueryEmulator:
             command += ["--log-level", "error"]
             self._process = subprocess.Popen(
                 command,
-                env={**os.environ, "HOME": self._home, **_SERVER_SETTINGS},
+                env={**os.environ, "HOME": self._home, **_SERVER_SETTINGS, **self._gcs_settings()},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

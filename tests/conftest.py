@@ -62,12 +62,30 @@ def gcs_bucket(gcs_emulator: GcsEmulator) -> str:
 
 
 @pytest.fixture(scope="session")
-def bigquery_emulator() -> Iterator[BigQueryEmulator]:
-    """The session's BigQuery emulator, with the BIGQUERY_*EMULATOR_HOST variables pointing at it."""
-    with BigQueryEmulator() as emulator, pytest.MonkeyPatch.context() as environment:
+def bigquery_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigQueryEmulator]:
+    """The session's BigQuery emulator, with the BIGQUERY_*EMULATOR_HOST variables pointing at it.
+
+    Its load jobs read ``gs://`` URIs from the files of :func:`gcs_bucket_bigquery_reads`."""
+    gcs_root = str(tmp_path_factory.mktemp("gcs-files"))
+    with BigQueryEmulator(gcs_local_root=gcs_root) as emulator, pytest.MonkeyPatch.context() as environment:
         for name, value in {**_GCS_TEST_ENVIRONMENT, **emulator.environment}.items():
             environment.setenv(name, value)
         yield emulator
+
+
+@pytest.fixture
+def gcs_bucket_bigquery_reads(bigquery_emulator: BigQueryEmulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A new bucket on a GCS emulator of its own whose objects BigQuery's load jobs can read, as
+    real BigQuery reads Cloud Storage: its filesystem backend keeps them where the BigQuery
+    emulator resolves ``gs://`` URIs. ``STORAGE_EMULATOR_HOST`` points at it for the test."""
+    assert bigquery_emulator.gcs_local_root is not None
+    with GcsEmulator(filesystem_root=bigquery_emulator.gcs_local_root) as emulator:
+        for name, value in _GCS_TEST_ENVIRONMENT.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator.url)
+        name = f"test-{uuid.uuid4().hex[:20]}"
+        emulator.create_bucket(name)
+        yield name
 
 
 @pytest.fixture

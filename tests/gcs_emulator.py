@@ -43,13 +43,16 @@ def free_port() -> int:
 
 
 class GcsEmulator:
-    """One fake-gcs-server process with an in-memory backend, on a free loopback port.
+    """One fake-gcs-server process on a free loopback port: an in-memory backend, or with
+    ``filesystem_root`` its filesystem backend, which keeps ``gs://bucket/path`` as the file
+    ``filesystem_root/bucket/path`` (where the BigQuery emulator's load jobs read ``gs://`` URIs).
 
     Use as a context manager, or call `start` and `stop`.
     """
 
-    def __init__(self, *, startup_timeout_s: float = 30.0, host: str = "127.0.0.1") -> None:
+    def __init__(self, *, startup_timeout_s: float = 30.0, host: str = "127.0.0.1", filesystem_root: str | None = None) -> None:
         self._startup_timeout_s = startup_timeout_s
+        self._backend = ["filesystem", "-filesystem-root", filesystem_root] if filesystem_root else ["memory"]
         self._host = host  # another address of this machine serves containers too
         self._process: subprocess.Popen[bytes] | None = None
         self._port: int | None = None
@@ -76,7 +79,7 @@ class GcsEmulator:
                     "-scheme",
                     "http",
                     "-backend",
-                    "memory",
+                    *self._backend,
                     "-host",
                     self._host,
                     "-port",

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from google.cloud import bigquery
 
 from components import storage
-from components.config import GnnflowConfig, SplitSpec, load_config, parse_config
+from components.config import GnnflowConfig, SplitSpec, apply_overrides, load_config, parse_config
 from components.errors import GnnflowError
 from components.preprocess.nodes import open_node_table
 from components.preprocess.step import preprocess
@@ -154,6 +155,70 @@ def test_heterogeneous_bigquery_tables_with_a_split_column_match_csv(bigquery_da
     _assert_same_output(tmp_path / "csv", tmp_path / "bq")
     counts = _published_bytes(tmp_path / "bq")[1]
     assert counts == {"nodes.paper": 24, "nodes.author": 10, "edges.paper__cites__paper": 36, "edges.author__writes__paper": 30}
+
+
+def _nodes_by_id(output: Path, node_type: str) -> tuple[dict[int, str], pd.DataFrame]:
+    """The published id map (node id → original id) and node rows (sorted by node id) of a type."""
+    published = storage.open_published(storage.parse_uri(str(output)), step="preprocess")
+
+    def frame(folder: str) -> pd.DataFrame:
+        parts = [pq.read_table(pa.BufferReader(published.read_bytes(p))).to_pandas() for p in published.files_under(folder)]
+        return pd.concat(parts).sort_values("node_id", ignore_index=True)
+
+    ids = frame(f"id_maps/{node_type}")
+    return dict(zip(ids["node_id"], ids["original_id"])), frame(f"nodes/{node_type}")
+
+
+def test_node_ids_follow_the_ids_values_not_the_order_rows_are_read_in(bigquery_dataset: str, tmp_path: Path) -> None:
+    """The same rows stored (and so read) in two orders give the same ids: a node's id is its id's
+    place in value order (INT64 ids as numbers: 9 before 10), however BigQuery hands the rows on."""
+    papers = _papers()
+    authors = pd.DataFrame({"author_id": [10, 9, 100, 2, 31, 7, 1000, 55], "age": [float(a % 13) for a in range(8)]})
+    writes = pd.DataFrame({"author_id": [[10, 9, 100, 2, 31, 7, 1000, 55][i % 8] for i in range(24)], "paper_id": list(papers["paper_id"])})
+
+    def config(uris: dict[str, str]) -> GnnflowConfig:
+        return _config(
+            [
+                _paper_spec(uris["papers"]),
+                {"type": "author", "uri": uris["authors"], "id_column": "author_id", "features": [{"columns": ["age"]}]},
+            ],
+            [
+                {
+                    "type": "writes",
+                    "uri": uris["writes"],
+                    "src_type": "author",
+                    "dst_type": "paper",
+                    "src_column": "author_id",
+                    "dst_column": "paper_id",
+                }
+            ],
+            task={"target": "paper"},
+        )
+
+    orders = {"stored": {}, "shuffled": {}}
+    for seed, (name, uris) in enumerate(orders.items()):
+        for table, frame in (("papers", papers), ("authors", authors), ("writes", writes)):
+            rows = frame if name == "stored" else frame.sample(frac=1, random_state=seed + 7).reset_index(drop=True)
+            uris[table] = _load(bigquery_dataset, f"{table}_{name}", rows)
+    first = start_read(parse_table_uri(orders["shuffled"]["papers"]), ["paper_id"], None, max_streams=1)
+    read_order = pa.concat_arrays([b.column(0) for b in read_batches(first)]).to_pylist()
+    assert read_order != sorted(read_order)  # the emulator hands the shuffled table on in its stored order
+    for name, uris in orders.items():
+        preprocess(config(uris), tmp_path / name)
+    for node_type, expected in (("paper", sorted(papers["paper_id"])), ("author", [str(a) for a in sorted(authors["author_id"])])):
+        stored_ids, stored_rows = _nodes_by_id(tmp_path / "stored", node_type)
+        shuffled_ids, shuffled_rows = _nodes_by_id(tmp_path / "shuffled", node_type)
+        assert stored_ids == shuffled_ids == dict(enumerate(expected))
+        pd.testing.assert_frame_equal(stored_rows, shuffled_rows)  # features, labels and splits node by node
+    assert _published_bytes(tmp_path / "stored")[1] == _published_bytes(tmp_path / "shuffled")[1]
+    # The Beam engine (which sorts the rows by value itself) numbers the shuffled tables' nodes the same.
+    beam = apply_overrides(config(orders["shuffled"]), {"preprocess.engine": "beam", "preprocess.beam.num_workers": 1})
+    preprocess(beam, tmp_path / "beam")
+    for node_type in ("paper", "author"):
+        local_ids, local_rows = _nodes_by_id(tmp_path / "shuffled", node_type)
+        beam_ids, beam_rows = _nodes_by_id(tmp_path / "beam", node_type)
+        assert beam_ids == local_ids
+        pd.testing.assert_frame_equal(beam_rows, local_rows)
 
 
 def test_the_row_filter_reads_only_matching_rows(bigquery_dataset: str, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ test_pipeline_run.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -32,3 +33,40 @@ def test_module_entry_points_exit_non_zero_with_a_message(tmp_path):
     assert f"{tmp_path / 'missing'} is not a published output" in result.stderr
     result = subprocess.run([sys.executable, "-m", "pipelines.cli", "step", "nope"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "invalid choice: 'nope'" in result.stderr
+
+
+def _gnnflow_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}
+    )
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def test_a_set_value_that_is_not_yaml_is_one_line_naming_the_key(tmp_path):
+    # What a shell leaves of --set training.fan_outs=[10, 5] when the space is not quoted.
+    result = _gnnflow_cli("run", "--output", str(tmp_path / "run"), "--set", "training.fan_outs=[10,")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "ParserError" not in result.stderr and "line 1, column" not in result.stderr
+    (line,) = _error_lines(result.stderr)
+    assert line.startswith("error: --set training.fan_outs=[10,: not a valid YAML value (")
+    assert "--set 'training.fan_outs=[10, 5]'" in line
+    assert not (tmp_path / "run").exists()  # refused before the demo data is written
+
+
+def test_cuda_on_a_machine_without_a_gpu_is_refused_before_the_first_step(tmp_path):
+    # CUDA_VISIBLE_DEVICES="" hides any GPU, so this holds on a machine with one too.
+    root = tmp_path / "run"
+    result = _gnnflow_cli(
+        "run", "--output", str(root), "--set", "training.device=cuda", "--set", "training.replace=true", env={"CUDA_VISIBLE_DEVICES": ""}
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = _error_lines(result.stderr)
+    assert line.startswith("error: training.device is cuda but this machine, where a local run's train and infer workers run, sees no GPU")
+    assert line.endswith("set training.device to auto or cpu")
+    assert "==> preprocess" not in result.stderr
+    published = sorted(p.name for p in root.iterdir())
+    assert published == ["config.yaml", "demo_data"]  # the demo's input and its config; no step output, no run state

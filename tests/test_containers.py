@@ -5,6 +5,7 @@ only paths that exist and reach the build context."""
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import importlib.util
 import json
 import os
@@ -183,20 +184,14 @@ def test_multi_stage_pinned_and_non_root(dockerfile):
     command = next(i for i in reversed(final.instructions) if i.keyword == "CMD")
     assert json.loads(entrypoint.arguments) == ["/usr/local/bin/gnnflow-entrypoint"]
     assert "COPY containers/entrypoint.sh /usr/local/bin/gnnflow-entrypoint" in {f"COPY {i.arguments}" for i in final.instructions}
-    if dockerfile.name == "Dockerfile":  # Beam's boot program compiled from Beam's source of the locked release
-        copies = [i.arguments for i in final.instructions if i.keyword == "COPY"]
-        assert any(c.startswith("--from=beam-boot /opt/apache/beam ") for c in copies)
-        lock = (REPO / "requirements" / "lock.txt").read_text()
-        assert global_args(dockerfile)["BEAM_VERSION"] == "2.77.0" and "apache-beam==2.77.0" in lock
-        source = next(s for s in all_stages if s.name == "beam-boot-source")
-        assert any(
-            "CGO_ENABLED=0 GOTOOLCHAIN=local go build" in i.arguments and "./python/container" in i.arguments
-            for i in source.instructions
-            if i.keyword == "RUN"
-        )
-    else:
-        assert any(c.startswith("--from=beam /opt/apache/beam ") for c in [i.arguments for i in final.instructions if i.keyword == "COPY"])
-        assert any(s.image == "apache/beam_python3.11_sdk:2.77.0" for s in all_stages), "Beam's boot program from the locked Beam release"
+    # Beam's boot program compiled from Beam's source of the locked release, in both images.
+    copies = [i.arguments for i in final.instructions if i.keyword == "COPY"]
+    assert any(c.startswith("--from=beam-boot /opt/apache/beam ") for c in copies)
+    lock = (REPO / "requirements" / "lock.txt").read_text()
+    assert global_args(dockerfile)["BEAM_VERSION"] == "2.77.0" and "apache-beam==2.77.0" in lock
+    source = next(s for s in all_stages if s.name == "beam-boot-source")
+    assert [i.arguments for i in source.instructions if i.keyword == "RUN"] == ["build_beam_boot.sh"]
+    assert not any("beam_python" in s.image for s in all_stages), "boot is built, not copied out of Beam's SDK image"
     module = json.loads(command.arguments)[0]
     assert importlib.util.find_spec(module) is not None, f"CMD runs module {module}, which does not exist"
     copied_venv = [i.arguments for i in final.instructions if i.keyword == "COPY" and i.arguments.startswith("--from=")]
@@ -287,6 +282,101 @@ def test_entrypoint_runs_modules_and_hands_beam_flags_to_boot(tmp_path):
     assert refused.returncode == 1 and "no Beam boot program" in refused.stderr and "BEAM_BOOT=none" in refused.stderr
 
 
+# ---- Beam's boot program: one build, checked source, in both images -------------------------
+
+BEAM_BOOT_STAGES = ("beam-boot-source", "beam-boot-none", "beam-boot")
+
+
+def test_both_images_build_beam_boot_the_same_way():
+    """The CUDA image builds boot with the CPU image's stages and arguments, word for word (the
+    work is containers/build_beam_boot.sh, copied into the Go stage), not from Beam's SDK image."""
+    shared = []
+    for dockerfile in DOCKERFILES:
+        beam_args = {k: v for k, v in global_args(dockerfile).items() if k.startswith(("BEAM_", "GO_"))}
+        froms = [i.arguments for i in instructions(dockerfile) if i.keyword == "FROM" and i.arguments.split()[-1] in BEAM_BOOT_STAGES]
+        beam_stages = [
+            (s.name, [(i.keyword, i.arguments) for i in s.instructions]) for s in stages(dockerfile) if s.name in BEAM_BOOT_STAGES
+        ]
+        shared.append((beam_args, froms, beam_stages))
+    assert shared[0] == shared[1]
+    beam_args, froms, beam_stages = shared[0]
+    assert froms == ["${GO_IMAGE} AS beam-boot-source", "${BASE_IMAGE} AS beam-boot-none", "beam-boot-${BEAM_BOOT} AS beam-boot"]
+    assert beam_args["BEAM_SOURCE"] == "https://github.com/apache/beam/archive/refs/tags/v${BEAM_VERSION}.tar.gz"
+    assert beam_args["BEAM_SOURCE_SHA256"] == "", "no checksum is known here: the build refuses the archive until one is given"
+    source_stage = beam_stages[0][1]
+    assert ("ADD", "${BEAM_SOURCE} /tmp/beam-source/") in source_stage
+    assert ("ARG", "BEAM_SOURCE_SHA256") in source_stage
+    assert ("COPY", "containers/build_beam_boot.sh /usr/local/bin/build_beam_boot.sh") in source_stage
+    script = (REPO / "containers" / "build_beam_boot.sh").read_text()
+    assert "CGO_ENABLED=0 GOTOOLCHAIN=local go build" in script and "./python/container" in script
+    assert "| sha256sum -c -" in script
+    for dockerfile in DOCKERFILES:
+        final = stages(dockerfile)[-1]
+        assert [i.arguments for i in final.instructions if i.keyword == "COPY" and "/opt/apache/beam" in i.arguments] == [
+            "--from=beam-boot /opt/apache/beam /opt/apache/beam"
+        ]
+
+
+def run_build_beam_boot(tmp_path: pathlib.Path, archive: pathlib.Path | None, **env: str) -> subprocess.CompletedProcess[str]:
+    """containers/build_beam_boot.sh on what ADD would have placed in the stage (``archive``, or
+    the tree beside it), in folders of ``tmp_path`` instead of the stage's."""
+    incoming = tmp_path / "incoming"
+    shutil.rmtree(incoming, ignore_errors=True)
+    incoming.mkdir()
+    if archive is not None:
+        shutil.copy(archive, incoming / archive.name)
+    else:
+        shutil.copytree(tmp_path / "tree", incoming, dirs_exist_ok=True)
+    environment = {
+        "PATH": "/usr/bin:/bin",
+        "BEAM_BOOT_INCOMING": str(incoming),
+        "BEAM_BOOT_WORK": str(tmp_path / "work"),
+        "BEAM_BOOT_OUT": str(tmp_path / "out"),
+        "BEAM_VERSION": "2.77.0",
+        "BEAM_SOURCE": "https://github.com/apache/beam/archive/refs/tags/v2.77.0.tar.gz",
+        "BEAM_GO_DEPS": "modules",
+        **env,
+    }
+    script = str(REPO / "containers" / "build_beam_boot.sh")
+    return subprocess.run([script], capture_output=True, text=True, env=environment, timeout=60)
+
+
+def test_beam_source_archive_is_used_only_with_its_checksum(tmp_path):
+    """The archive's sha256 is checked (sha256sum -c) before anything is unpacked: an empty or a
+    wrong BEAM_SOURCE_SHA256 stops the build, naming both checksums; the right one lets it go on
+    (here to the version check, which a source of another version then fails)."""
+    tree = tmp_path / "tree" / "beam-2.77.0"
+    (tree / "sdks" / "python" / "apache_beam").mkdir(parents=True)
+    (tree / "sdks" / "python" / "apache_beam" / "version.py").write_text("__version__ = '2.76.0'\n")
+    archive = tmp_path / "v2.77.0.tar.gz"
+    subprocess.run(["tar", "-C", str(tmp_path / "tree"), "-czf", str(archive), "beam-2.77.0"], check=True, timeout=60)
+    actual = hashlib.sha256(archive.read_bytes()).hexdigest()
+    source = "BEAM_SOURCE (https://github.com/apache/beam/archive/refs/tags/v2.77.0.tar.gz)"
+
+    unchecked = run_build_beam_boot(tmp_path, archive, BEAM_SOURCE_VERSION="2.77.0", BEAM_SOURCE_SHA256="")
+    assert unchecked.returncode == 1
+    assert f"build_beam_boot.sh: {source} is an archive and BEAM_SOURCE_SHA256 is empty" in unchecked.stderr
+
+    wrong = "0" * 64
+    mismatch = run_build_beam_boot(tmp_path, archive, BEAM_SOURCE_VERSION="2.77.0", BEAM_SOURCE_SHA256=wrong)
+    assert mismatch.returncode == 1
+    assert "v2.77.0.tar.gz: FAILED" in mismatch.stdout
+    assert f"build_beam_boot.sh: {source} has sha256 {actual}, not BEAM_SOURCE_SHA256={wrong}: refusing to build from it" in mismatch.stderr
+    assert not (tmp_path / "work" / "sdks").exists(), "nothing unpacked from an archive that failed its check"
+
+    checked = run_build_beam_boot(tmp_path, archive, BEAM_SOURCE_VERSION="2.77.0", BEAM_SOURCE_SHA256=actual)
+    assert "v2.77.0.tar.gz: OK" in checked.stdout
+    assert checked.returncode == 1 and checked.stderr.strip().splitlines()[-1] == (
+        "build_beam_boot.sh: BEAM_SOURCE is Beam 2.76.0, not 2.77.0 (BEAM_SOURCE_VERSION; the release in requirements/lock.txt is 2.77.0)"
+    )
+
+    # A tree (a local tarball named directly arrives unpacked): no archive, so a checksum given for
+    # it is refused rather than silently skipped.
+    tree_with_sum = run_build_beam_boot(tmp_path, None, BEAM_SOURCE_VERSION="2.76.0", BEAM_SOURCE_SHA256=actual)
+    assert tree_with_sum.returncode == 1
+    assert "arrived as a source tree, not an archive, so BEAM_SOURCE_SHA256 cannot be checked" in tree_with_sum.stderr
+
+
 # ---- building behind a firewall: BASE_IMAGE, the wheelhouse, and the scripts around them ----
 
 SCRIPTS = [
@@ -294,6 +384,7 @@ SCRIPTS = [
     REPO / "containers" / "check_image.sh",
     REPO / "containers" / "check_dataflow_worker.sh",
     REPO / "containers" / "check_kfp_docker.sh",
+    REPO / "containers" / "build_beam_boot.sh",
 ]
 DEFAULT_BASES = {"Dockerfile": "python:3.11.13-slim-bookworm", "Dockerfile.cuda": "nvidia/cuda:12.1.1-runtime-ubuntu22.04"}
 
@@ -424,7 +515,18 @@ def test_check_image_passes_the_build_arguments_the_dockerfile_declares():
     }
     assert (
         passed
-        == {"BASE_IMAGE", "WHEELHOUSE", "BEAM_BOOT", "BEAM_SOURCE", "BEAM_SOURCE_VERSION", "BEAM_GO_DEPS", "GO_IMAGE", "GOFLAGS", "GOPROXY"}
+        == {
+            "BASE_IMAGE",
+            "WHEELHOUSE",
+            "BEAM_BOOT",
+            "BEAM_SOURCE",
+            "BEAM_SOURCE_SHA256",
+            "BEAM_SOURCE_VERSION",
+            "BEAM_GO_DEPS",
+            "GO_IMAGE",
+            "GOFLAGS",
+            "GOPROXY",
+        }
         and passed <= declared
     )
     assert "--isolation=chroot" in text and "-f containers/Dockerfile " in text

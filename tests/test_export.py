@@ -486,7 +486,7 @@ def test_the_compiled_dag_has_an_export_task_only_when_the_config_asks(tmp_path,
 
     def tasks(*args: str) -> dict:
         assert gnnflow(["compile", "-o", str(tmp_path / "p.yaml"), *args]) == 0
-        return yaml.safe_load((tmp_path / "p.yaml").read_text())["root"]["dag"]["tasks"]
+        return next(yaml.safe_load_all((tmp_path / "p.yaml").read_text()))["root"]["dag"]["tasks"]
 
     assert "export" not in tasks()
     exporting = tasks("--config", str(config))["export"]
@@ -497,3 +497,82 @@ def test_the_compiled_dag_has_an_export_task_only_when_the_config_asks(tmp_path,
     config.write_text("output: {bigquery: nodots}\n")
     assert gnnflow(["compile", "-o", str(tmp_path / "p.yaml"), "--config", str(config)]) == 2
     assert "'nodots' is not a BigQuery dataset" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------- a cloud run: loads from gs://
+
+_BQ = "/bigquery/v2/projects/demo-project"
+
+
+def _bigquery_recorder(server: RecordingServer, rows: int) -> None:
+    """The BigQuery REST calls of a staging load: create the table, insert the job (done at once), read the table."""
+    server.route("POST", rf"{_BQ}/datasets/exports/tables", lambda request, _: (200, request.json))
+    server.route(
+        "POST",
+        rf"{_BQ}/jobs",
+        lambda request, _: (200, {**request.json, "status": {"state": "DONE"}, "statistics": {"creationTime": "1"}}),
+    )
+    server.route(
+        "GET", rf"{_BQ}/jobs/(?P<job>[^/]+)", lambda _, match: (200, {"jobReference": {"jobId": match["job"]}, "status": {"state": "DONE"}})
+    )
+    server.route(
+        "GET",
+        rf"{_BQ}/datasets/exports/tables/(?P<table>[^/]+)",
+        lambda _, match: (
+            200,
+            {"tableReference": {"projectId": "demo-project", "datasetId": "exports", "tableId": match["table"]}, "numRows": str(rows)},
+        ),
+    )
+
+
+def _on_gcs(run: ExportedRun, bucket: str) -> str:
+    """The run's infer output published again under ``gs://bucket/infer`` (what a cloud run's infer leaves)."""
+    source = storage.open_published(run.embeddings)
+    target = f"gs://{bucket}/infer"
+    with storage.staged_output(target, "infer") as staging:
+        for path in source.manifest.files:
+            staging.write_bytes(path, source.read_bytes(path))
+        staging.publish(counts=source.manifest.counts, metadata=source.manifest.metadata)
+    return target
+
+
+def _client(server: RecordingServer) -> bigquery.Client:
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+
+    return bigquery.Client("demo-project", credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=server.url))
+
+
+def test_results_on_gcs_load_from_their_gs_uris_without_passing_through_export(exported_run: ExportedRun, gcs_bucket: str) -> None:
+    """BigQuery reads a cloud run's Parquet files itself: one load job naming their gs:// URIs, no upload."""
+    from components.warehouse.table_ref import BigQueryDataset
+
+    results = read_infer_results(_on_gcs(exported_run, gcs_bucket))
+    plan = bigquery_out.plan_tables(results, BigQueryDataset("demo-project", "exports"), "replace", "run-1")
+    with RecordingServer() as server:
+        _bigquery_recorder(server, NUM_NODES)
+        bigquery_out.load_staging(_client(server), plan, results)
+        [job] = server.seen("POST", rf"{_BQ}/jobs")
+        uploads = [r for r in server.requests if r.path.startswith("/upload/")]
+    load = job.json["configuration"]["load"]
+    shards = results.embeddings["paper"].paths
+    assert shards and load["sourceUris"] == [str(results.output.uri(p)) for p in shards]
+    assert all(u.startswith(f"gs://{gcs_bucket}/infer/gen-") and u.endswith(".parquet") for u in load["sourceUris"])
+    assert load["sourceFormat"] == "PARQUET" and load["destinationTable"]["tableId"].startswith("_gnnflow_staging_paper_embeddings_")
+    assert uploads == [] and all(len(r.body) < 4096 for r in server.requests)  # no file's bytes went through the client
+
+
+def test_a_gcs_file_changed_after_infer_is_refused_before_the_load(exported_run: ExportedRun, gcs_bucket: str) -> None:
+    from components.warehouse.table_ref import BigQueryDataset
+
+    root = _on_gcs(exported_run, gcs_bucket)
+    results = read_infer_results(root)
+    [shard, *_] = results.embeddings["paper"].paths
+    original = storage.read_bytes(results.output.uri(shard))
+    storage.write_bytes(results.output.uri(shard), original[:-1] + bytes([original[-1] ^ 1]))  # same size, one bit off
+    plan = bigquery_out.plan_tables(results, BigQueryDataset("demo-project", "exports"), "replace", "run-1")
+    with RecordingServer() as server:
+        _bigquery_recorder(server, NUM_NODES)
+        with pytest.raises(GnnflowError, match=rf"{results.output.uri(shard)}: CRC32C \w+ differs from the manifest's \w+"):
+            bigquery_out.load_staging(_client(server), plan, results)
+        assert server.seen("POST", rf"{_BQ}/jobs") == []

@@ -120,6 +120,7 @@ def test_the_executor_output_describes_the_published_artifacts(demo, capsys):
             "compiled for runner vertex with 2 replica(s), but the run's config asks for",
         ),
         (["--task", "train", "--set", "training.epochz=4"], "training.epochz"),
+        (["--task", "train", "--grace-s", "-1"], "--grace-s must be 0 or more, got -1"),
     ],
 )
 def test_bad_requests_are_refused_before_any_replica_starts(demo, capsys, arguments, message):

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import google_crc32c
 import pandas as pd
 import psutil
 import pytest
@@ -219,7 +220,8 @@ def test_corrupt_shard(tmp_path, citeseer_tfrecords):
     tfr, shard = corrupt_copy(citeseer_tfrecords, tmp_path)
     with pytest.raises(GnnflowError) as error:
         partition(tfr, tmp_path / "parts", PartitionSpec(), world_size=2)  # CiteSeer's types decode in the workers
-    assert f"worker rank 0 failed: loading node type 'paper' failed: {shard}: corrupt" in str(error.value), str(error.value)
+    message = str(error.value)
+    assert f"worker rank 0 failed: loading node type 'paper' failed: {shard} is damaged: its CRC32C is" in message, message
     assert not (tmp_path / "parts" / "manifest.json").exists()
 
 
@@ -243,7 +245,7 @@ def test_a_worker_data_error_is_one_line_and_leaks_nothing(tmp_path, citeseer_tf
     env = os.environ | {"PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
     quiet = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert quiet.returncode == 2
-    assert f"error: worker rank 0 failed: loading node type 'paper' failed in its subprocess: {shard}: corrupt" in quiet.stderr
+    assert f"worker rank 0 failed: loading node type 'paper' failed in its subprocess: {shard} is damaged: its CRC32C is" in quiet.stderr
     assert "Traceback" not in quiet.stderr, "an expected data error carries no traceback"
     assert "leaked" not in quiet.stderr, quiet.stderr[-2000:]
     # --verbose adds the traceback; the error decoded in the worker itself (no loader subprocess to start) shows it as well.
@@ -257,7 +259,12 @@ def test_metadata_that_disagrees_with_the_shards(tmp_path, citeseer_tfrecords):
     path = next(tfr.glob("gen-*/graph_metadata.json"))
     meta = json.loads(path.read_text())
     meta["node_types"][NODE]["count"] = 3000
-    path.write_text(json.dumps(meta))
+    path.write_bytes(written := json.dumps(meta).encode())
+    # Published so, not damaged after publishing (which the manifest's checksum would catch first):
+    # the manifest records the disagreeing file, as a faulty serialize would have written it.
+    manifest = json.loads((tfr / "manifest.json").read_text())
+    manifest["files"]["graph_metadata.json"] = {"crc32c": f"{google_crc32c.value(written):08x}", "size": len(written)}
+    (tfr / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(GnnflowError) as error:
         partition(tfr, tmp_path / "parts", PartitionSpec(), world_size=2)
     assert "graph_metadata.json says 3000 nodes but the shards hold 3327" in str(error.value)

@@ -49,7 +49,7 @@ resources:
 def _compile(tmp_path, **kwargs) -> dict:
     path = tmp_path / "pipeline.yaml"
     compile_pipeline(str(path), **kwargs)
-    return yaml.safe_load(path.read_text())
+    return next(yaml.safe_load_all(path.read_text()))  # the pipeline spec; the Kubernetes platform spec follows
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +150,7 @@ def test_compile_command_with_image_and_config(tmp_path, capsys):
     config.write_text(RESOURCES_YAML)
     out = tmp_path / "out" / "pipeline.yaml"
     assert gnnflow(["compile", "-o", str(out), "--image", IMAGE, "--config", str(config)]) == 0
-    spec = yaml.safe_load(out.read_text())
+    spec = next(yaml.safe_load_all(out.read_text()))
     assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {IMAGE}
     assert spec["deploymentSpec"]["executors"]["exec-train"]["container"]["resources"]["resourceCpuLimit"] == "8"
     assert str(out) in capsys.readouterr().err
@@ -159,7 +159,7 @@ def test_compile_command_with_image_and_config(tmp_path, capsys):
 def test_compile_to_gcs(gcs_bucket):
     target = f"gs://{gcs_bucket}/specs/pipeline.yaml"
     compile_pipeline(target, image=IMAGE)
-    spec = yaml.safe_load(storage.read_text(target))
+    spec = next(yaml.safe_load_all(storage.read_text(target)))
     assert set(spec["root"]["dag"]["tasks"]) == STEPS
 
 

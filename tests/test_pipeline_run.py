@@ -140,9 +140,11 @@ def test_run_rejects_a_bad_override_before_any_step(tmp_path, capsys):
 
 @pytest.mark.slow
 @needs_citeseer
-def test_citeseer_from_bigquery_through_gcs_back_to_bigquery(gcs_bucket, bigquery_emulator, tmp_path, capsys):
+def test_citeseer_from_bigquery_through_gcs_back_to_bigquery(gcs_bucket_bigquery_reads, bigquery_emulator, tmp_path, capsys):
     """The warehouse round trip on a real graph: CiteSeer's tables in BigQuery, the config and every
-    step's output on gs://, embeddings and predictions back in BigQuery under CiteSeer's ids."""
+    step's output on gs://, embeddings and predictions back in BigQuery under CiteSeer's ids (loaded
+    by BigQuery from the embeddings' gs:// URIs, as on the cloud)."""
+    gcs_bucket = gcs_bucket_bigquery_reads
     project = bigquery_emulator.project
     client = bigquery_client(project)
     source, results = f"citeseer_{gcs_bucket[-8:]}", f"results_{gcs_bucket[-8:]}"

@@ -202,7 +202,7 @@ def test_kfp_recurring_run_and_its_lifecycle(recorder, config_uri, package, caps
     assert body["max_concurrency"] == 3 and body["no_catchup"] is True
     assert body["service_account"] == "pipeline-runner"
     assert body["experiment_id"] == experiment.json.get("experiment_id", "experiment-1")
-    assert set(body["pipeline_spec"]["root"]["dag"]["tasks"]) == STEPS
+    assert set(body["pipeline_spec"]["pipeline_spec"]["root"]["dag"]["tasks"]) == STEPS  # then the platform spec (/dev/shm)
     assert body["runtime_config"]["parameters"]["config"] == config_uri
     assert body["runtime_config"]["parameters"]["data_version"] == ""
 

@@ -331,8 +331,11 @@ def test_kfp_submission_creates_the_experiment_and_the_run(recorder, config_uri,
     body = run.json
     assert body["experiment_id"] == "experiment-1" and body["display_name"] == "try-kfp"
     assert body["service_account"] == "pipeline-runner"
-    assert body["pipeline_spec"]["pipelineInfo"]["name"] == "gnnflow"
-    assert set(body["pipeline_spec"]["root"]["dag"]["tasks"]) == STEPS
+    sent = body["pipeline_spec"]  # the pipeline spec, and the Kubernetes platform spec of the in-memory /dev/shm
+    assert sent["pipeline_spec"]["pipelineInfo"]["name"] == "gnnflow"
+    assert set(sent["pipeline_spec"]["root"]["dag"]["tasks"]) == STEPS
+    mounts = sent["platform_spec"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert sorted(mounts) == ["exec-infer", "exec-partition", "exec-train"]
     assert body["runtime_config"]["pipeline_root"] == "gs://kfp-artifacts/root"
     parameters = body["runtime_config"]["parameters"]
     assert json.loads(parameters["overrides"]) == {"training.epochs": 2}

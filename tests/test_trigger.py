@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ import yaml
 from pipelines.submit import KfpTarget, VertexTarget
 from pipelines.trigger import TriggerSettings, cloud_function, handle
 from pipelines.trigger.__main__ import make_server
+from pipelines.trigger.handler import respond
 from tests.gcs_emulator import free_port
 from tests.recording_server import RecordingServer
 
@@ -232,3 +234,14 @@ def test_python_m_pipelines_trigger_serves_on_port(recorder, gcs_bucket, config_
         [sys.executable, "-m", "pipelines.trigger"], env={**environment, "GNNFLOW_REGION": ""}, capture_output=True, text=True, timeout=60
     )
     assert broken.returncode == 2 and "the trigger needs GNNFLOW_REGION in its environment" in broken.stderr
+
+
+def test_storage_that_does_not_answer_is_503_so_pubsub_redelivers(settings, config_uri, monkeypatch):
+    with socket.socket() as sock:  # a port nothing listens on: connections are refused
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{closed}")
+    monkeypatch.setenv("GNNFLOW_SERVICE_DEADLINE_S", "2")
+    status, reply = respond(json.dumps(pubsub({"config_uri": config_uri})).encode(), {"Content-Type": "application/json"}, settings)
+    assert status == 503, reply
+    assert reply["error"].startswith(f"{config_uri}: Cloud Storage at http://127.0.0.1:{closed} did not answer within 2 s")

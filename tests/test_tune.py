@@ -19,17 +19,18 @@ from components.errors import GnnflowError
 from components.tables.proposal import propose_config
 from components.train import __main__ as train_main
 from pipelines.cli import main as gnnflow
-from pipelines.tune.space import config_values, default_space
-from pipelines.tune.study import TuneOptions, check_parallel, startup_trials, tpe_sampler
+from pipelines.tune.space import config_values, default_space, holding_config
+from pipelines.tune.study import TuneOptions, check_parallel, prepare, startup_trials, tpe_sampler
 
 pytestmark = pytest.mark.multiworker
 
 # The tiny config trains GATv2 of width 48 with one head. Each value of the space fits it alone,
 # but 3 heads do not divide a width of 16. Trial 0 is the config's own values; seed 4 of the TPE
 # sampler (whose first trials are seeded random draws) gives trial 2 that combination, which the
-# config refuses, so that trial fails while trials 0 and 1 (width 48, one head) train.
+# config refuses, so that trial fails while trials 0 and 1 (width 48, one head) train. The
+# config's learning rate (0.01) lies below the space's: the study widens it to [0.01, 0.05].
 SPACE = {
-    "training.learning_rate": {"type": "float", "low": 0.005, "high": 0.05, "log": True},
+    "training.learning_rate": {"type": "float", "low": 0.02, "high": 0.05, "log": True},
     "model.hidden_channels": {"type": "categorical", "choices": [16, 48]},
     "model.attention_heads": {"type": "categorical", "choices": [1, 3]},
 }
@@ -95,14 +96,17 @@ def test_trials_table_records_each_trial_with_its_validation_metric_and_the_fail
         assert float(row[METRIC]) == pytest.approx(metrics[METRIC], rel=1e-5)
         assert row["epochs_run"] == "3" and row["error"] == ""
         assert float(row[f"{METRIC}_per_seed"]) == float(row[METRIC])  # one training per trial
-        assert 0.005 <= float(row["training.learning_rate"]) <= 0.05
+        assert 0.01 <= float(row["training.learning_rate"]) <= 0.05  # the space widened to hold the config's 0.01
 
 
 def test_trial_zero_is_the_config_as_given(study, tiny_config):
-    """The study starts from the user's config, so its best is never below it on validation."""
+    """The study starts from the user's config, so its best is never below it on validation; the
+    config's learning rate lies outside the space as written, which was widened to hold it."""
     config = load_config(str(tiny_config))
+    assert config.training.learning_rate == 0.01 < SPACE["training.learning_rate"]["low"]
     first = study["rows"][0]
     assert float(first["training.learning_rate"]) == pytest.approx(config.training.learning_rate, rel=1e-5)
+    assert study["study"]["trials"][0]["params"]["training.learning_rate"] == config.training.learning_rate
     assert (first["model.hidden_channels"], first["model.attention_heads"]) == ("48", "1")
     assert float(study["rows"][1]["training.learning_rate"]) != pytest.approx(config.training.learning_rate, rel=1e-3)  # trial 1 is drawn
     config = apply_overrides(config, {"model.hidden_channels": 64}, "test")  # a width of the default space
@@ -116,6 +120,44 @@ def test_trial_zero_is_the_config_as_given(study, tiny_config):
     }
     outside = apply_overrides(config, {"training.learning_rate": 0.5, "model.hidden_channels": 96}, "test")
     assert set(config_values(space, outside)) == {"model.dropout", "training.weight_decay", "training.fan_outs"}  # not in the space
+    widened, notes = holding_config(space, outside)
+    assert config_values(widened, outside) == {**config_values(space, outside), "training.learning_rate": 0.5, "model.hidden_channels": 96}
+    assert notes == [
+        "training.learning_rate: [0.001, 0.05] widened to [0.001, 0.5] for the config's 0.5",
+        "model.hidden_channels: added the config's 96 to the choices",
+    ]
+    rate = next(p for p in widened.params if p.key == "training.learning_rate")
+    assert (rate.low, rate.high, rate.log) == (1e-3, 0.5, True)  # only the side the value lies past moves
+    assert holding_config(widened, outside) == (widened, [])
+
+
+def test_the_space_widened_for_the_config_is_said_in_the_log(tiny_config, tmp_path, caplog):
+    space = _write_space(
+        tmp_path, {"training.learning_rate": SPACE["training.learning_rate"], "model.dropout": {"type": "float", "low": 0.6, "high": 0.7}}
+    )
+    with caplog.at_level("WARNING", logger="gnnflow.tune"):
+        _, widened = prepare(str(tiny_config), {}, str(space))
+    bounds = {p.key: (p.low, p.high) for p in widened.params}
+    assert bounds == {"training.learning_rate": (0.01, 0.05), "model.dropout": (0.5, 0.7)}
+    said = [r.getMessage() for r in caplog.records]
+    assert any("widened" in m and "training.learning_rate: [0.02, 0.05] widened to [0.01, 0.05] for the config's 0.01" in m for m in said)
+    assert any("model.dropout: [0.6, 0.7] widened to [0.5, 0.7] for the config's 0.5" in m for m in said)
+
+
+def test_a_config_value_no_widening_holds_is_refused_naming_the_key_before_any_step(tiny_config, tmp_path, capsys):
+    """Zero on a log scale: trial 0 could not be the config as given, so the study is refused."""
+    space = _write_space(tmp_path, {"training.weight_decay": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True}})
+    out = tmp_path / "study"
+    argv = ["tune", "--config", str(tiny_config), "--output", str(out), "--trials", "2", "--space", str(space)]
+    assert gnnflow([*argv, "--set", "training.weight_decay=0"]) == 2
+    err = capsys.readouterr().err
+    assert f"search space {space}: key 'training.weight_decay': the config's value 0" in err and "a log scale cannot reach it" in err
+    assert "Traceback" not in err and not out.exists()
+    # The default space takes a config without weight decay: off, or one of a few strengths.
+    config = apply_overrides(load_config(str(tiny_config)), {"training.weight_decay": 0}, "test")
+    decay = next(p for p in default_space(config).params if p.key == "training.weight_decay")
+    assert decay.type == "categorical" and decay.choices[0] == 0.0
+    assert config_values(default_space(config), config)["training.weight_decay"] == 0.0
 
 
 def test_trials_never_evaluate_the_test_split(study):
@@ -165,17 +207,19 @@ def test_data_steps_run_once_and_a_second_study_reuses_them(study, tiny_config, 
 
 
 def test_a_study_whose_every_trial_fails_publishes_nothing_new(study, tiny_config, capsys):
+    """Trial 0 trains the config as given, so every trial failing takes a config that fails in train:
+    a learning rate that leaves the loss at chance, which train's health check stops after one epoch."""
     out = study["out"]
     before = {name: (out / name).read_bytes() for name in ("manifest.json", "trials.csv", "best_config.yaml")}
-    space = {
-        "model.hidden_channels": {"type": "categorical", "choices": [16]},
-        "model.attention_heads": {"type": "categorical", "choices": [3]},
-    }
+    space = {"training.learning_rate": {"type": "float", "low": 1e-9, "high": 2e-9, "log": True}}
     (out.parent / "all_fail").mkdir()
     space = _write_space(out.parent / "all_fail", space)
-    code = gnnflow(["tune", "--config", str(tiny_config), "--output", str(out), "--trials", "2", "--space", str(space)])
+    settings = ["training.learning_rate=1e-9", "training.batch_size=2", "training.epochs=1", "training.stop_at_chance_epochs=1"]
+    argv = ["tune", "--config", str(tiny_config), "--output", str(out), "--trials", "2", "--space", str(space)]
+    code = gnnflow([*argv, *(a for setting in settings for a in ("--set", setting))])
     assert code == 2
-    assert "every one of the 2 trial(s) failed; trial 0: " in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "every one of the 2 trial(s) failed; trial 0: " in err and "the model is not learning" in err
     assert {name: (out / name).read_bytes() for name in before} == before
 
 
@@ -189,6 +233,11 @@ BAD_SPACES = [
     ({"model.dropout": {"type": "categorical", "choices": []}}, "key 'model.dropout': categorical needs a non-empty list"),
     ({"training.learning_rate": {"type": "float", "low": 0.0, "high": 0.1, "log": True}}, "a log scale needs low > 0"),
     ({"model.dropout": {"type": "float", "low": 0.1, "high": 0.5, "step": 0.1}}, "'step' does not apply to type float"),
+    # The tiny config has no early stopping (null): no int space can hold that as trial 0.
+    (
+        {"training.early_stopping_patience": {"type": "int", "low": 2, "high": 5}},
+        "key 'training.early_stopping_patience': the config's value None is not an integer",
+    ),
 ]
 
 

@@ -20,6 +20,9 @@ DEFAULT_RENDEZVOUS_TIMEOUT_S = 1200.0
 # a round of a collective), short enough that a hung job is noticed within minutes, not hours.
 DEFAULT_PROGRESS_TIMEOUT_S = 300.0
 DEFAULT_RPC_TIMEOUT_S = 300.0  # GLT's RPC calls (feature and neighbour requests to peers)
+# Long enough to ride out a service's brief outage or a slow first connection from a fresh node,
+# short enough that a step pointed at the wrong endpoint fails within minutes, not hours.
+DEFAULT_SERVICE_DEADLINE_S = 180.0
 BootDiskType = Literal["pd-ssd", "pd-standard", "hyperdisk-balanced"]  # what Vertex AI's DiskSpec takes
 
 
@@ -173,6 +176,22 @@ class ResourcesSpec(_Section):
         gt=0,
         description="GLT's RPC timeout (init_rpc and the sampling workers' options): how long a request to a peer "
         "(features, neighbours) may take before it fails.",
+    )
+    shm_size: str = Field(
+        "8Gi",
+        pattern=r"^[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?$",
+        description="Size of the in-memory volume the compiled pipeline mounts at /dev/shm for the multi-worker steps "
+        "(partition, train, infer) on KFP (Kubernetes), as Kubernetes writes sizes: '8Gi'. A pod's own /dev/shm is "
+        "64 MiB, too small for the feature tables, embedding shards and sampling channel a worker places there; "
+        "each worker checks the free space of /dev/shm before loading and names the size it needs (compile time).",
+    )
+    service_deadline_s: float = Field(
+        DEFAULT_SERVICE_DEADLINE_S,
+        gt=0,
+        description="How long a step keeps retrying a cloud service that does not answer (Cloud Storage, BigQuery "
+        "REST and Storage Read, the Vertex AI and KFP APIs, a Beam job's service) before it fails naming the URI and "
+        "the endpoint. The environment variable GNNFLOW_SERVICE_DEADLINE_S overrides it (and applies where no config "
+        "is read yet, such as reading the config itself).",
     )
     reuse_freed_memory: bool = Field(
         True,

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from components import storage
 from components.config.run import GnnflowConfig
 from components.errors import GnnflowError
+from components.services import deadline as service_deadline
 
 
 def _format_error(source: str, error: ValidationError) -> str:
@@ -64,9 +65,15 @@ def parse_config(text: str, source: str, base_folder: str | None = None) -> Gnnf
         raise GnnflowError(f"config {source} must be a YAML mapping, got {type(raw).__name__}")
     _resolve_relative_uris(raw, base_folder)
     try:
-        return GnnflowConfig.model_validate(raw)
+        return _adopted(GnnflowConfig.model_validate(raw))
     except ValidationError as exc:
         raise GnnflowError(_format_error(source, exc)) from None
+
+
+def _adopted(config: GnnflowConfig) -> GnnflowConfig:
+    """``config``, whose service deadline now bounds this process's retries of cloud services."""
+    service_deadline.configure(config.resources.service_deadline_s)
+    return config
 
 
 def load_config(uri: storage.Uri | str) -> GnnflowConfig:
@@ -94,7 +101,7 @@ def apply_overrides(config: GnnflowConfig, overrides: dict[str, object], source:
             raise GnnflowError(f"{source}: key '{dotted}' does not name a config field")
         node[leaf] = value
     try:
-        return GnnflowConfig.model_validate(raw)
+        return _adopted(GnnflowConfig.model_validate(raw))
     except ValidationError as exc:
         raise GnnflowError(_format_error(source, exc)) from None
 

@@ -257,8 +257,9 @@ class TrainingSpec(_Section):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
         description="Where train and infer compute (components/gnn/device.py): cuda: each worker on GPU <local rank modulo "
-        "visible GPUs>, DDP over nccl, GLT sampling and feature lookup on that GPU, an error at worker start where no "
-        "GPU is visible; cpu: the CPU only (gloo), even where GPUs exist; auto: cuda where a GPU is visible, else cpu.",
+        "visible GPUs>, DDP over nccl, GLT sampling and feature lookup on that GPU, an error where no GPU is visible "
+        "(a local run refuses before its first step; a step, before its workers start); cpu: the CPU only (gloo), even "
+        "where GPUs exist; auto: cuda where a GPU is visible, else cpu.",
     )
     gpu_feature_fraction: float = Field(
         1.0,

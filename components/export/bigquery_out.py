@@ -1,8 +1,10 @@
 """A run's results into BigQuery: load jobs into staging tables, then one transaction into the final tables.
 
-Per node type, infer's embedding shards are loaded (Parquet, one load job per file, uploaded
-through the client's resumable upload, which the real service and the emulator both take) into
-one staging table; likewise the candidate shards. Nothing final changes until every load has
+Per node type, infer's embedding shards are loaded (Parquet) into one staging table; likewise
+the candidate shards. When infer's output is on ``gs://`` (a cloud run), one load job per
+staging table names the files' ``gs://`` URIs and BigQuery reads them itself; a local output
+is loaded one job per file, uploaded through the client's resumable upload (which the real
+service and the emulator both take). Nothing final changes until every load has
 succeeded, and then all final tables change in one multi-statement transaction: per table, a
 DELETE (replace: every row; append: the rows of this run id, so a rerun never duplicates) and an
 INSERT from its staging table with the run id. BigQuery rolls a failed transaction back, so a
@@ -12,6 +14,7 @@ also on failure (and expire after a day should the process die first).
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import contextlib
 import datetime as dt
@@ -181,22 +184,60 @@ def _load(client: bigquery.Client, staged: Staged, results: InferResults, feeds:
         create_disposition=bigquery.CreateDisposition.CREATE_NEVER,
         parquet_options=parquet,
     )
-    for path in staged.files.paths:
-        uri = results.output.uri(path)
-        what = f"loading {uri} into staging table {staged.table.table_id} (for {', '.join(feeds)})"
-        try:
-            with storage.open_read(uri) as stream:
-                # No size: the resumable upload, which sends the data without a multipart media type.
-                job = client.load_table_from_file(stream, staged.table.table_id, job_config=config, timeout=REQUEST_TIMEOUT_S)
-            _wait(job, what)
-        except api_exceptions.GoogleAPICallError as exc:
-            raise GnnflowError(f"{what} failed: {exc.message}") from None
+    if isinstance(results.output.root, storage.GcsUri):
+        _load_from_gcs(client, staged, results, config, feeds)
+    else:
+        _load_local_files(client, staged, results, config, feeds)
     loaded = client.get_table(staged.table.table_id, timeout=REQUEST_TIMEOUT_S).num_rows
     if loaded != staged.files.rows:
         raise GnnflowError(
             f"staging table {staged.table.table_id} holds {loaded} rows after loading {len(staged.files.paths)} file(s) "
             f"of {staged.files.rows} rows (for {', '.join(feeds)})"
         )
+
+
+def _stored_crc32c(uri: storage.GcsUri) -> str:
+    """The CRC32C Cloud Storage keeps for an object (hex, as manifests hold it), read from its metadata only."""
+    stored = storage.version(uri).rsplit("-", 1)[-1]  # size-generation-crc32c, the checksum in base64 (no '-' in it)
+    return base64.b64decode(stored).hex()
+
+
+def _load_from_gcs(
+    client: bigquery.Client, staged: Staged, results: InferResults, config: bigquery.LoadJobConfig, feeds: list[str]
+) -> None:
+    """One load job reading the files where they are: BigQuery fetches ``gs://`` itself, and not a byte
+    passes through this process. Each object's stored CRC32C is first compared with the manifest's
+    (a metadata read), so the job loads the files infer published, not others put at their names."""
+    uris = [results.output.uri(path) for path in staged.files.paths]
+    for path, uri in zip(staged.files.paths, uris):
+        expected = results.output.manifest.files[path].crc32c
+        if isinstance(uri, storage.GcsUri) and (found := _stored_crc32c(uri)) != expected:
+            raise GnnflowError(
+                f"{uri}: CRC32C {found} differs from the manifest's {expected}: the file changed after infer published it; "
+                "re-run infer (nothing was loaded)"
+            )
+    what = f"loading {len(uris)} file(s) from {results.output.root} into staging table {staged.table.table_id} (for {', '.join(feeds)})"
+    try:
+        job = client.load_table_from_uri([str(u) for u in uris], staged.table.table_id, job_config=config, timeout=REQUEST_TIMEOUT_S)
+        _wait(job, what)
+    except api_exceptions.GoogleAPICallError as exc:
+        raise GnnflowError(f"{what} failed: {exc.message}") from None
+
+
+def _load_local_files(
+    client: bigquery.Client, staged: Staged, results: InferResults, config: bigquery.LoadJobConfig, feeds: list[str]
+) -> None:
+    """One load job per file, its bytes uploaded through the client (a local run: BigQuery cannot read them)."""
+    for path in staged.files.paths:
+        uri = results.output.uri(path)
+        what = f"loading {uri} into staging table {staged.table.table_id} (for {', '.join(feeds)})"
+        try:
+            with results.output.open_read(path) as stream:  # checked against the manifest as it uploads
+                # No size: the resumable upload, which sends the data without a multipart media type.
+                job = client.load_table_from_file(stream, staged.table.table_id, job_config=config, timeout=REQUEST_TIMEOUT_S)
+            _wait(job, what)
+        except api_exceptions.GoogleAPICallError as exc:
+            raise GnnflowError(f"{what} failed: {exc.message}") from None
 
 
 def load_staging(client: bigquery.Client, plan: BigQueryPlan, results: InferResults) -> None:

@@ -37,6 +37,9 @@ log = logging.getLogger("gnnflow.device")
 CPU_BACKEND = "gloo"
 CUDA_BACKEND = "cpu:gloo,cuda:nccl"  # torch dispatches each collective by its tensors' device
 _GRAPH_MODES = {"pinned_host": "ZERO_COPY", "gpu": "CUDA"}  # training.gpu_graph_placement → GLT graph mode
+ASK_FOR_ACCELERATORS = (
+    "request accelerators (resources.requests / resources.custom_job accelerator_type) or set training.device to auto or cpu"
+)
 
 
 @dataclass(frozen=True)
@@ -176,12 +179,7 @@ def resolve_placement(
     if training.device == "cpu" or (training.device == "auto" and not usable):
         return CPU_PLACEMENT
     if not usable:
-        who = f"worker rank {rank}" if rank is not None else "this process"
-        hidden = f"; CUDA_VISIBLE_DEVICES={probe.visible_devices!r}" if probe.visible_devices is not None else ""
-        raise GnnflowError(
-            f"training.device is cuda but {who} sees no GPU (torch.cuda.is_available() is {probe.available}{hidden}): "
-            "request accelerators (resources.requests / resources.custom_job accelerator_type) or set training.device to auto or cpu"
-        )
+        raise _no_gpu(f"worker rank {rank}" if rank is not None else "this process", probe, ASK_FOR_ACCELERATORS)
     index = cuda_index(local_rank, probe.device_count)
     shared_by = len([r for r in range(max(local_world_size, 1)) if r % probe.device_count == index])
     # Every machine of a job runs as many workers on as many GPUs, so all ranks pick the same backend.
@@ -206,15 +204,28 @@ def worker_placement(training: TrainingSpec, ctx: WorkerContext) -> Placement:
     return placement
 
 
-def check_device(training: TrainingSpec, probe: CudaProbe | None = None) -> None:
+def check_device(training: TrainingSpec, probe: CudaProbe | None = None, local_run: bool = False) -> None:
     """Fails before any worker starts when ``training.device`` is cuda and this machine (where
     the step's workers run) shows no GPU, or when ``auto`` finds one for sampled training that
-    asks for distinct neighbours, which only the CPU sampler draws; workers check again themselves."""
+    asks for distinct neighbours, which only the CPU sampler draws; workers check again themselves.
+
+    ``local_run``: asked by a local run (``gnnflow run``) before its first step, whose train and
+    infer workers will run on this machine: the message says so, and asks for no accelerators.
+    """
+    if training.device == "cuda" and local_run:
+        probe = probe if probe is not None else CudaProbe.of_this_process()
+        if not (probe.available and probe.device_count > 0):
+            raise _no_gpu("this machine, where a local run's train and infer workers run,", probe, "set training.device to auto or cpu")
     if training.device == "cuda":
         resolve_placement(training, 0, probe=probe)
     elif training.device == "auto" and training.mode == "sampled" and not training.replace:
         if resolve_placement(training, 0, probe=probe).on_cuda:
             raise GnnflowError(f"training.device auto found a GPU: {GPU_SAMPLER_LIMITS}")
+
+
+def _no_gpu(who: str, probe: CudaProbe, remedy: str) -> GnnflowError:
+    hidden = f"; CUDA_VISIBLE_DEVICES={probe.visible_devices!r}" if probe.visible_devices is not None else ""
+    return GnnflowError(f"training.device is cuda but {who} sees no GPU (torch.cuda.is_available() is {probe.available}{hidden}): {remedy}")
 
 
 def _host_copy(value: Any) -> Any:

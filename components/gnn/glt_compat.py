@@ -50,6 +50,7 @@ from collections.abc import Iterator
 import torch
 
 from components.gnn import distinct_sampling, feature_lookup
+from components.runtime.rendezvous import ignore_rpc_backend_warning
 
 _INSTALLED = False
 GLT_VERSION = "0.2.4"  # the release whose private functions the fixes replace
@@ -195,8 +196,10 @@ def format_in_sampled_order(sample, edge_dir: str = "out"):
 
 def _options_with_fixes(state: dict):
     """Unpickles worker options in a GLT sampling subprocess, installing the fixes first and
-    setting its draw (fix 5): the subprocess unpickles its arguments before it builds its sampler."""
+    setting its draw (fix 5): the subprocess unpickles its arguments before it builds its sampler
+    and before it starts RPC, whose start-up warning of torch's it silences."""
     install()
+    ignore_rpc_backend_warning()
     distinct_sampling.set_replacement(bool(state.get(REPLACE_OPTION, False)))
     distinct_sampling.use_batch_keys()
     from graphlearn_torch.distributed import MpDistSamplingWorkerOptions

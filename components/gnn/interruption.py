@@ -23,10 +23,9 @@ from torch.distributed.algorithms.join import Joinable, JoinHook
 
 from components.errors import GnnflowError
 from components.runtime.collectives import gather_to_rank_zero
+from components.runtime.exit_status import EXIT_PREEMPTED
 
-# sysexits' EX_TEMPFAIL: a temporary failure, to be retried. Vertex and schedulers see "preempted,
-# run me again"; the rerun resumes from the checkpoint written on the way out.
-PREEMPTED_EXIT_CODE = 75
+PREEMPTED_EXIT_CODE = EXIT_PREEMPTED  # 75: a rerun resumes from the checkpoint written on the way out
 
 _stop_requested = False
 

@@ -30,7 +30,7 @@ from components.errors import GnnflowError
 from components.gnn.device import Placement, check_device, worker_placement
 from components.gnn.link_labels import hard_negative_pairs, positive_pairs, training_edges
 from components.gnn.metrics import all_sum, classification_metrics
-from components.gnn.shared_memory import check_sampling_memory
+from components.gnn.shared_memory import check_at_worker_start
 from components.infer import shards
 from components.infer.layerwise import check_encoder, exact_outputs
 from components.infer.link_eval import link_metrics, own_embeddings
@@ -216,6 +216,8 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     collective can deadlock: its destructor holds the GIL while a gloo thread needs it to free
     the collective's tensors; a worker stuck there with its result unsent stalls the step.)
     """
+    if job.mode == "sampled":  # before the rendezvous: no peer has placed anything in /dev/shm yet
+        check_at_worker_start(ctx, job.partitions, job.config, step="infer", loaders=1)  # one node type's loader at a time
     placement = worker_placement(job.config.training, ctx)
     ctx.init_process_group(backend=placement.backend)
     # Inference samples a batch, then computes it: its share of the cores goes to the computation.
@@ -228,8 +230,6 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     watchdog.mark("loading")
     partitions = storage.open_published(job.partitions, step=PARTITION_STEP)
     part = read_partition(partitions, ctx.rank)
-    if job.mode == "sampled" and job.config.training.sampling == "multiprocess":
-        check_sampling_memory(part.nbytes, loaders=1, local_world_size=ctx.local_world_size)  # one node type's loader at a time
     schema = part.metadata.schema
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     published_model = storage.open_published(job.model, step=TRAIN_STEP)

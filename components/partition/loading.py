@@ -41,6 +41,7 @@ class EntityLoad:
     name: str
     root: str  # the serialized output's generation folder URI
     files: tuple[str, ...]
+    expected: tuple[storage.Expected, ...]  # what the manifest records for each of ``files``
     int64_keys: dict[str, int]
     float_keys: dict[str, int]
     size: int = 0  # bytes of its shards
@@ -79,10 +80,11 @@ def read_entity(job: EntityLoad) -> dict[str, torch.Tensor]:
 
     root = storage.parse_uri(job.root)
     parts: list[dict[str, np.ndarray]] = []
-    for rel in job.files:
-        # The whole shard at once: its records decode as numpy views of these bytes.
-        data = storage.read_bytes(root.join(rel))
-        part = decode_tfrecord_file(data, job.int64_keys, job.float_keys, source=str(root.join(rel)))
+    for rel, expected in zip(job.files, job.expected, strict=True):
+        # The whole shard at once: its records decode as numpy views of these bytes. The check
+        # against the manifest covers every byte, so the per-record crcs need no second pass.
+        data = storage.read_verified(root.join(rel), expected)
+        part = decode_tfrecord_file(data, job.int64_keys, job.float_keys, source=str(root.join(rel)), verify_crc=False)
         del data
         if len(next(iter(part.values()), ())):
             parts.append(part)
@@ -176,7 +178,8 @@ def load_graph(
     def job(kind: str, name: str, all_files: Sequence[str]) -> EntityLoad:
         spec = metadata.record_format[f"{kind}_types"][name]
         files = assign_shards(all_files, [sizes[f] for f in all_files], rank, world_size)
-        return EntityLoad(kind, name, root, tuple(files), spec["int64"], spec["float"], sum(sizes[f] for f in files))
+        expected = tuple(serialized.expected(f) for f in files)
+        return EntityLoad(kind, name, root, tuple(files), expected, spec["int64"], spec["float"], sum(sizes[f] for f in files))
 
     jobs = [job("edge", name, edge.files) for name, edge in metadata.edge_types.items()]
     jobs += [job("node", name, node.files) for name, node in metadata.node_types.items()]

@@ -19,6 +19,7 @@ from components import storage
 from components.config import PartitionSpec
 from components.config.resources import DEFAULT_TIMEOUTS, DERIVED_THREADS, ThreadsSpec, WorkerTimeouts
 from components.partition.loading import load_graph
+from components.partition.loading_memory import check_loading_memory
 from components.partition.original_ids import write_original_ids
 from components.partition.output import STEP
 from components.partition.partitioner import label_edge_types, partition_graph
@@ -46,14 +47,17 @@ class PartitionJob:
 
 def partition_worker(ctx: WorkerContext, job: PartitionJob) -> dict[str, storage.FileEntry] | None:
     """One worker; returns every written file's entry on rank 0, None elsewhere."""
+    serialized = storage.open_published(job.input, step=SERIALIZE_STEP)
+    metadata = read_graph_metadata(serialized)
+    sizes = {name: entry.size for name, entry in serialized.manifest.files.items()}
+    # Before the rendezvous: no peer has placed anything in /dev/shm yet.
+    check_loading_memory(metadata, sizes, ctx.rank - ctx.local_rank, ctx.local_world_size, ctx.world_size, job.options.subprocess_min_bytes)
     ctx.init_process_group()
     use_worker_threads(job.threads, ctx.local_world_size, ctx.rank, "compute")
     # On a cluster every replica's launcher named its own generation: rank 0's wins.
     generation = [job.generation]
     dist.broadcast_object_list(generation, src=0)
     staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
-    serialized = storage.open_published(job.input, step=SERIALIZE_STEP)
-    metadata = read_graph_metadata(serialized)
     watchdog.mark("loading")
     options = job.options
     graph = load_graph(

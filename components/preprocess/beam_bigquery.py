@@ -7,10 +7,11 @@ endpoints first, NULL before NaN before any value), and numbers them in that ord
 is spread over workers: rows are range-partitioned on approximate quantiles of that order,
 each range sorted on its own, and the ranges counted to place them; rows then go to the block
 of ``parquet_batch_rows`` rows their number falls in. Each block is one chunk of the table,
-cast to the same Arrow types the one-process engine reads, so both engines transform, number
-and write the same rows the same way whenever the one-process engine's read order is this
-order (as for rows stored in it); otherwise node ids differ between the engines, as they may
-between two reads of the same table (see :mod:`components.tables.bigquery_tables`).
+cast to the same Arrow types the one-process engine reads. Both engines number a node table's
+nodes in this order (ids first, unique: the one-process engine sorts the ids it read,
+:func:`components.preprocess.nodes.in_value_order`), so node ids are the same in both and on
+every read; the one-process engine writes the rows in its read's order, so the parts hold the
+same rows in the same order (byte for byte) only when that read follows this order.
 
 ``row_filter`` becomes the read's row restriction; only the configured columns are selected.
 """

@@ -55,6 +55,7 @@ class TableSource:
     # A bq:// table: the one read session every pass reads, so each sees the same rows in the same order.
     bigquery: ReadSession | None = None
     key_columns: tuple[str, ...] = ()  # BigQuery: the columns that name a row in errors
+    integer_ids: bool = False  # BigQuery: the id column is INT64, so ids are ordered as numbers (as BigQuery orders them)
 
     @property
     def description(self) -> str:
@@ -111,7 +112,14 @@ def open_bigquery_table(spec: NodeTableSpec | EdgeTableSpec, key_columns: tuple[
     checked = check_table_columns(spec.uri, base, spec.features)
     column_types = _column_types(spec.uri, list(base), spec.features, checked.groups)
     session = start_table_read(checked.table, list(column_types), spec.row_filter)
-    return TableSource(spec.uri, [], None, column_types, session, key_columns), checked.groups
+    integer_ids = False
+    if isinstance(spec, NodeTableSpec):
+        from components.tables.bigquery_tables import bigquery_type
+        from components.warehouse.reading import table_metadata
+
+        fields = {f.name: f for f in table_metadata(checked.table).schema}
+        integer_ids = bigquery_type(fields[spec.id_column]) == "INT64"
+    return TableSource(spec.uri, [], None, column_types, session, key_columns, integer_ids), checked.groups
 
 
 @dataclass(frozen=True)
@@ -122,7 +130,7 @@ class NodeFit:
     source: TableSource
     features: list[FittedFeatures]
     label_vocabulary: list[str] | None
-    ids: pd.Index  # original ids (as text); a node's int64 id is its position here
+    ids: pd.Index  # original ids (as text); a node's int64 id is its position here (a bq:// table's: in value order)
     reused: bool = False  # the transforms came from an earlier run's fitted state
 
 
@@ -192,6 +200,8 @@ def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None)
             raise GnnflowError(f"{spec.uri}, column '{spec.id_column}': duplicate node id {index[dup]!r} (in at least two rows)")
         first = int(np.flatnonzero(index == index[dup])[0])
         raise duplicate_id_error(index[dup], spec.id_column, _row_of(dup, boundaries), _row_of(first, boundaries))
+    if source.bigquery is not None:
+        index = in_value_order(index, source.integer_ids)
     if reused is not None:
         features = [FittedFeatures.from_dict(f) for f in reused["features"]]
         vocabulary = reused.get("label_vocabulary")
@@ -200,6 +210,19 @@ def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None)
         vocabulary = fit_label_vocabulary(labels) if spec.label_column else None
     log.info("nodes[%s]: %d rows from %s, %s", spec.type, rows, source.description, rate(rows, elapsed[0]))
     return NodeFit(spec, source, features, vocabulary, index, reused is not None)
+
+
+def in_value_order(ids: pd.Index, integers: bool) -> pd.Index:
+    """A ``bq://`` table's ids in the order of their values (as numbers for an INT64 column).
+
+    BigQuery promises no row order: it follows the storage layout and the session's streams, and
+    may differ between two reads of the same table. Numbering a table's nodes by their ids'
+    order instead of the read's makes the numbering a function of the table alone, and the
+    Beam engine's (:mod:`components.preprocess.beam_bigquery`, which sorts the rows by value,
+    ids first) the same.
+    """
+    keys = ids.to_numpy().astype(np.int64) if integers else ids.to_numpy()
+    return ids[np.argsort(keys, kind="stable")]
 
 
 @dataclass(frozen=True)
@@ -219,10 +242,13 @@ def encode_node_chunk(
     split: SplitSpec | None,
     chunk: tables.TableChunk,
     first_id: int,
+    node_ids: np.ndarray | None = None,
 ) -> NodeChunk:
-    """Transforms one chunk whose first row gets node id ``first_id`` (both engines call this)."""
+    """Transforms one chunk whose first row gets node id ``first_id``, or whose rows get ``node_ids``
+    (both engines call this)."""
     n = chunk.table.num_rows
-    node_ids = np.arange(first_id, first_id + n, dtype=np.int64)
+    if node_ids is None:
+        node_ids = np.arange(first_id, first_id + n, dtype=np.int64)
     columns: dict[str, pa.Array] = {"node_id": pa.array(node_ids)}
     x = encode_features(chunk.table, features, chunk.row)
     if x.shape[1]:
@@ -299,7 +325,11 @@ def write_nodes(fit: NodeFit, options: PreprocessSpec, split: SplitSpec | None, 
     next_id = 0
     with timed() as elapsed, progress(f"write nodes[{spec.type}]", total=len(fit.ids)) as bar:
         for chunk in fit.source.chunks(options):
-            encoded = encode_node_chunk(spec, fit.features, fit.label_vocabulary, split, chunk, next_id)
+            # A bq:// table's rows arrive in the read's order; each node's id is its id's place in value order.
+            by_value = None
+            if fit.source.bigquery is not None:
+                by_value = fit.ids.get_indexer(chunk.table.column(spec.id_column).to_numpy(zero_copy_only=False)).astype(np.int64)
+            encoded = encode_node_chunk(spec, fit.features, fit.label_vocabulary, split, chunk, next_id, by_value)
             count_splits(encoded.split_codes, split_sizes)
             count_splits(encoded.labelled_split_codes, labelled)
             writer.write(f"nodes/{spec.type}", encoded.nodes)

@@ -8,13 +8,15 @@ import sys
 from collections.abc import Callable, Sequence
 
 from components.errors import GnnflowError
+from components.runtime.exit_status import EXIT_INTERRUPTED, exit_status
 from components.runtime.launcher import VERBOSE_ENV
 from components.runtime.runlog import configure
 
 
 def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None) -> int:
-    """Runs ``main``; a :class:`GnnflowError` becomes one line on stderr and exit code 2 (or its
-    own ``exit_code``: 75 for a step stopped by SIGTERM that a rerun resumes).
+    """Runs ``main``; a :class:`GnnflowError` becomes one line on stderr and the exit status of
+    :func:`components.runtime.exit_status.exit_status`: 2, or the error's own ``exit_code`` (75
+    for a step stopped by SIGTERM that a rerun resumes), as the step's KFP component ends too.
 
     ``--verbose`` (any step) is taken out of the arguments here: it makes workers log the
     traceback of expected errors too (by default only unexpected ones carry a traceback).
@@ -29,8 +31,8 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
     except GnnflowError as exc:
         logging.getLogger("gnnflow").error("%s", exc)
         print(f"error: {exc}", file=sys.stderr)
-        return int(getattr(exc, "exit_code", 2))
+        return exit_status(exc)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     return 0

@@ -23,11 +23,10 @@ from typing import Any, Protocol
 from components import storage
 from components.config import GnnflowConfig, resolve_config
 from components.errors import GnnflowError
+from components.runtime.exit_status import exit_status
 from components.runtime.runlog import configure
 
 log = logging.getLogger("gnnflow.pipeline")
-
-EXIT_USER_ERROR = 2  # as components.runtime.entrypoint.run_cli: a GnnflowError is one line and exit 2
 
 
 class ArtifactLike(Protocol):
@@ -48,9 +47,11 @@ def running(step: str, config: str, overrides: str, replicas: int | None = None)
 
     ``replicas`` (multi-worker steps): how the pipeline was compiled, 0 for workers inside the
     task, N for a CustomJob of N replicas; a run whose config asks for another layout is refused,
-    since the layout is fixed at compile time. A :class:`GnnflowError` inside the block (a bad
-    config key, a missing input) ends the task with its one-line message and exit code 2, as
-    ``python -m components.<step>`` does, instead of a traceback from deep inside the executor.
+    since the layout is fixed at compile time. A :class:`GnnflowError` inside the block ends the
+    task with its one-line message and the status ``python -m components.<step>`` exits with
+    (:func:`components.runtime.exit_status.exit_status`), instead of a traceback from deep inside
+    the executor: 2 for a bad config key or a missing input, 75 for a train preempted by SIGTERM
+    (Vertex AI's restart and any scheduler must tell that from a failure that would happen again).
     """
     if not logging.getLogger().handlers:  # KFP's executor has its own root handler; a second would print every line twice
         configure()
@@ -67,8 +68,9 @@ def running(step: str, config: str, overrides: str, replicas: int | None = None)
         )
         yield resolved
     except GnnflowError as exc:
-        log.error("%s failed: %s", step, exc)
-        raise SystemExit(EXIT_USER_ERROR) from None
+        status = exit_status(exc)
+        log.error("%s failed (exit %d): %s", step, status, exc)
+        raise SystemExit(status) from None
 
 
 def check_compiled_layout(step: str, config: GnnflowConfig, replicas: int) -> None:

@@ -32,8 +32,9 @@ def shard_count(rows: int, feature_dim: int, options: SerializeSpec) -> int:
 
 def iter_part_batches(preprocessed: storage.PublishedOutput, files: Sequence[str]) -> Iterator[pa.RecordBatch]:
     for rel in files:
-        with storage.open_read(preprocessed.uri(rel)) as f:
-            yield from pq.ParquetFile(f).iter_batches(batch_size=8192)
+        # A part whole (parts are written whole too): Parquet reads its footer first, so a stream
+        # could not be checked as it is read; these bytes are, before Parquet sees them.
+        yield from pq.ParquetFile(pa.BufferReader(preprocessed.read_bytes(rel))).iter_batches(batch_size=8192)
 
 
 def _features(batch: pa.RecordBatch, dim: int) -> np.ndarray:

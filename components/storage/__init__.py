@@ -1,4 +1,5 @@
-"""Storage for step inputs and outputs: typed URIs, one file API, atomic publication."""
+"""Storage for step inputs and outputs: typed URIs, one file API, atomic publication, and reads
+checked against the recorded checksums."""
 
 from components.storage.files import (
     copy_file,
@@ -14,6 +15,7 @@ from components.storage.files import (
     open_write,
     read_bytes,
     read_text,
+    rename,
     size,
     upload_file,
     version,
@@ -21,8 +23,8 @@ from components.storage.files import (
     write_bytes,
     write_text,
 )
+from components.storage.integrity import DamagedFile, Expected, FileEntry, VerifyingReader, read_verified, verify
 from components.storage.publish import (
-    FileEntry,
     Manifest,
     OutputStaging,
     PublishedOutput,
@@ -32,6 +34,8 @@ from components.storage.publish import (
 from components.storage.uri import GcsUri, LocalUri, Uri, parse_uri, relative_to
 
 __all__ = [
+    "DamagedFile",
+    "Expected",
     "FileEntry",
     "GcsUri",
     "LocalUri",
@@ -39,6 +43,7 @@ __all__ = [
     "OutputStaging",
     "PublishedOutput",
     "Uri",
+    "VerifyingReader",
     "copy_file",
     "copy_tree",
     "delete",
@@ -54,11 +59,14 @@ __all__ = [
     "parse_uri",
     "read_bytes",
     "read_text",
+    "read_verified",
     "relative_to",
+    "rename",
     "size",
     "staged_output",
     "upload_file",
     "version",
+    "verify",
     "versions_below",
     "write_bytes",
     "write_text",

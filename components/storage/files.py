@@ -112,6 +112,19 @@ def delete_prefix(uri: Uri | str) -> int:
     return len(files)
 
 
+def rename(src: Uri | str, dst: Uri | str) -> None:
+    """Moves one file to ``dst`` (replacing it) without passing its bytes through this process:
+    an atomic rename locally, a server-side copy and delete on GCS (same backend only)."""
+    src, dst = parse_uri(src), parse_uri(dst)
+    if isinstance(src, LocalUri) and isinstance(dst, LocalUri):
+        local.rename(src, dst)
+    elif isinstance(src, GcsUri) and isinstance(dst, GcsUri):
+        gcs.copy(src, dst)
+        gcs.delete(src)
+    else:
+        raise TypeError(f"cannot rename {src} to {dst}: not on the same backend")
+
+
 def upload_file(local_path: str | os.PathLike[str], uri: Uri | str) -> None:
     uri = parse_uri(uri)
     _backend(uri).upload_file(os.fspath(local_path), uri)

@@ -100,6 +100,14 @@ def delete(uri: LocalUri) -> None:
         os.unlink(uri.path)
 
 
+def rename(src: LocalUri, dst: LocalUri) -> None:
+    os.makedirs(os.path.dirname(dst.path) or ".", exist_ok=True)
+    try:
+        os.replace(src.path, dst.path)
+    except FileNotFoundError as exc:
+        raise _missing(src) from exc
+
+
 def delete_folder(uri: LocalUri) -> None:
     shutil.rmtree(uri.path, ignore_errors=True)
 

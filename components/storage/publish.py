@@ -2,9 +2,11 @@
 
 A step writes everything into a fresh *generation* folder under its output URI, then writes
 ``manifest.json`` at the output root, last. The manifest names the generation and lists every
-file with its size and CRC32C; readers go through it and refuse an output without one. So:
+file with its size and CRC32C; readers go through it and refuse an output without one, and every
+file read through it is checked against its size and CRC32C (:mod:`.integrity`). So:
 
-- a reader never sees half an output (the manifest is one small object, written whole);
+- a reader never sees half an output (the manifest is one small object, written whole), nor a
+  damaged file (the step fails naming it);
 - a failed re-run leaves the previous published output intact (it never touched it);
 - a successful re-run replaces the previous output cleanly (old generations are deleted
   only after the new manifest is in place).
@@ -18,28 +20,17 @@ import json
 import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import google_crc32c
 
 from components.errors import GnnflowError
 from components.storage import files
+from components.storage.integrity import Expected, FileEntry, VerifyingReader, read_verified
 from components.storage.uri import Uri, parse_uri, relative_to
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    """One published file: its size in bytes and CRC32C (as GCS reports it, in hex)."""
-
-    size: int
-    crc32c: str
-
-    @staticmethod
-    def of(data: bytes) -> FileEntry:
-        return FileEntry(len(data), f"{google_crc32c.value(data):08x}")
 
 
 @dataclass(frozen=True)
@@ -80,8 +71,23 @@ class PublishedOutput:
             raise GnnflowError(f"{self.root} has no file {relative_path!r} in its manifest")
         return self.root.join(self.manifest.generation, relative_path)
 
+    def expected(self, relative_path: str) -> Expected:
+        """What the manifest says ``relative_path`` holds, for checking it as it is read."""
+        return Expected(
+            self.manifest.files[relative_path],
+            f"its manifest {self.root.join(MANIFEST_NAME)}",
+            f"re-run step '{self.manifest.step}' to publish {self.root} again",
+        )
+
     def read_bytes(self, relative_path: str) -> bytes:
-        return files.read_bytes(self.uri(relative_path))
+        """The whole file, checked against its manifest entry (an error naming it when damaged)."""
+        return read_verified(self.uri(relative_path), self.expected(relative_path))
+
+    def open_read(self, relative_path: str) -> BinaryIO:
+        """A stream of the file, checked against its manifest entry by the time it has been read to
+        the end (see :class:`VerifyingReader`); for consumers that read it in order."""
+        uri = self.uri(relative_path)
+        return cast(BinaryIO, VerifyingReader(files.open_read(uri), uri, self.expected(relative_path)))
 
     def read_json(self, relative_path: str) -> Any:
         return json.loads(self.read_bytes(relative_path))

@@ -8,12 +8,12 @@ does this for a whole config before any step runs. Rows are read with the Storag
 ``row_filter`` keeps, cast to the same Arrow types the file readers give, and rebatched into
 chunks of ``parquet_batch_rows`` rows.
 
-Row order, and so node ids: a node's int64 id is its position in the read, and the read's order
-is the order of the session's streams, each in the order BigQuery sends it. BigQuery promises
-no order: it follows the table's storage layout and may differ between runs (after DML or
-streaming inserts, or as the service re-splits streams). Within one run both passes over a table
-read the same session, a snapshot, so ids are consistent; across runs the same ids may belong to
-other rows. Outputs keyed by the original ids (the id map) are unaffected.
+Row order: the read's order is the order of the session's streams, each in the order BigQuery
+sends it. BigQuery promises no order: it follows the table's storage layout and may differ
+between runs (after DML or streaming inserts, or as the service re-splits streams). So node ids
+do not follow it: a ``bq://`` node table's nodes are numbered in the order of their ids' values
+(:func:`components.preprocess.nodes.in_value_order`), the same on every read and in both engines.
+Within one run both passes over a table read the same session, a snapshot.
 """
 
 from __future__ import annotations

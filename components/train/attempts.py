@@ -5,6 +5,9 @@ wrong after a failure that will happen again at the same point (a corrupt input,
 failure is recorded with the checkpoint it had started from (``_checkpoints/failures.json``):
 the second failure from the same checkpoint says so, and a third attempt from it is refused
 before any worker starts, with what failed. A checkpoint that moves on clears the record.
+
+A record that cannot be read is never taken for "no failures" (that would turn the guard off):
+a run is refused, naming the file and what to do.
 """
 
 from __future__ import annotations
@@ -32,14 +35,24 @@ def resume_point(output: storage.Uri) -> str:
     return f"{where} (checkpoint version {storage.version(uri)})"
 
 
+class UnreadableRecord(GnnflowError):
+    """``failures.json`` is there but is not a list of failed attempts."""
+
+
 def _failures(output: storage.Uri) -> list[dict[str, str]]:
     uri = output.join(FAILURES_FILE)
     if not storage.exists(uri):
         return []
     try:
-        return list(json.loads(storage.read_text(uri)))
-    except ValueError:
-        return []
+        failures = json.loads(storage.read_text(uri))
+        if not isinstance(failures, list) or not all(isinstance(f, dict) and isinstance(f.get("point"), str) for f in failures):
+            raise ValueError("expected a JSON list of {point, error} objects")
+        return [{"point": f["point"], "error": str(f.get("error", "unknown"))} for f in failures]
+    except ValueError as exc:  # JSON, UTF-8 or shape
+        raise UnreadableRecord(
+            f"{uri}, the record of failed train attempts that stops a retry loop, is unreadable ({exc}). "
+            f"Not training: delete it to try again (delete {output.join('_checkpoints')} to train from the start)"
+        ) from None
 
 
 def refuse_a_looping_retry(output: storage.Uri) -> None:
@@ -56,7 +69,11 @@ def refuse_a_looping_retry(output: storage.Uri) -> None:
 
 def record_failure(output: storage.Uri, point: str, error: BaseException) -> None:
     """Records a failed attempt that had started from ``point``; warns when it is not the first."""
-    failures = [f for f in _failures(output) if f["point"] == point]  # another point's are history
+    try:
+        failures = [f for f in _failures(output) if f["point"] == point]  # another point's are history
+    except UnreadableRecord:  # readable when this run began (it was checked): not the failure to report
+        log.error("%s became unreadable during this run; it now records this failure alone", output.join(FAILURES_FILE))
+        failures = []
     failures.append({"point": point, "error": f"{type(error).__name__}: {error}"[:2000]})
     storage.write_text(output.join(FAILURES_FILE), json.dumps(failures, indent=2))
     if len(failures) > 1:

@@ -4,6 +4,12 @@ on SIGTERM or every ``training.checkpoint_every_batches`` / ``_seconds``.
 The checkpoint lives under ``<output>/_checkpoints/`` (outside the published generations, so a
 failed run leaves it for the re-run to resume from) and records a fingerprint of everything
 that shapes training; a checkpoint from a different config or partitioning is ignored.
+
+Each checkpoint is written whole (temporary file and rename locally, one upload on GCS), then its
+size and CRC32C go into a small record beside it, last. The one before it is kept (as
+``previous.pt``, with its record) until the new one is written, so a checkpoint damaged on its
+storage is skipped for the previous good one, said in the log; with none good, the run is refused,
+naming the file and what to do, instead of failing deep inside torch.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +25,14 @@ import torch
 
 from components import storage
 from components.config import GnnflowConfig
+from components.errors import GnnflowError
+
+log = logging.getLogger("gnnflow.train")
 
 CHECKPOINT_FILE = "_checkpoints/checkpoint.pt"
+RECORD_FILE = "_checkpoints/checkpoint.json"  # its size and CRC32C, written after it
+PREVIOUS_FILE = "_checkpoints/previous.pt"  # the checkpoint before, kept as the fallback
+PREVIOUS_RECORD_FILE = "_checkpoints/previous.json"
 POSITION_FILE = "_checkpoints/position.txt"  # where the checkpoint stands, for people and for attempts.py
 # Each rank's shard of the learnt embeddings (components/gnn/learnt_embeddings.py), written by
 # that rank under a tag per checkpoint: the state names its tag, so that a crash between the
@@ -87,9 +100,25 @@ class TrainingState:
 
 
 def save(state: TrainingState, output: storage.Uri) -> None:
+    """Writes ``state`` as the checkpoint, keeping the one before as the fallback until it is written."""
     buffer = io.BytesIO()
     torch.save(state.__dict__, buffer)
-    storage.write_bytes(output.join(CHECKPOINT_FILE), buffer.getvalue())
+    data = buffer.getvalue()
+    current, record = output.join(CHECKPOINT_FILE), output.join(RECORD_FILE)
+    if storage.exists(record) and storage.exists(current):
+        # Its record first: a previous.pt without one is only tried when nothing recorded is left.
+        storage.delete(output.join(PREVIOUS_RECORD_FILE))
+        storage.rename(current, output.join(PREVIOUS_FILE))
+        storage.rename(record, output.join(PREVIOUS_RECORD_FILE))
+    storage.write_bytes(current, data)
+    entry = storage.FileEntry.of(data)
+    written = storage.size(current)  # the write is whole (rename, or a checksummed upload on GCS)
+    if written != entry.size:
+        raise GnnflowError(f"writing the checkpoint {current} left {written} bytes of {entry.size}: check the storage")
+    tags = sorted({state.embeddings_tag, *(rank.get("embeddings_tag", "") for rank in state.ranks)} - {""})
+    storage.write_text(
+        record, json.dumps({"size": entry.size, "crc32c": entry.crc32c, "position": position(state), "embeddings_tags": tags})
+    )
     storage.write_text(output.join(POSITION_FILE), position(state))
 
 
@@ -112,16 +141,28 @@ def load_shard(output: storage.Uri, tag: str, rank: int) -> dict[str, Any]:
     uri = shard_uri(output, tag, rank)
     if not storage.exists(uri):
         raise FileNotFoundError(f"the checkpoint names learnt-embedding shards {tag!r}, but {uri} does not exist")
-    return torch.load(io.BytesIO(storage.read_bytes(uri)), map_location="cpu", weights_only=True)
+    return _unpickle(storage.read_bytes(uri), uri, output)
 
 
 def drop_other_shards(output: storage.Uri, keep: set[str]) -> None:
-    """Deletes the shards of earlier checkpoints (rank 0, once the state naming the tags ``keep`` is written)."""
+    """Deletes the shards of earlier checkpoints (rank 0, once the state naming the tags ``keep`` is
+    written), except those of the previous checkpoint, which a damaged newest one falls back to."""
+    keep = keep | _previous_tags(output)
     root = output.join(SHARDS_DIR)
     for uri in storage.list_files(root):
         tag = storage.relative_to(uri, root).split("/")[0]
         if tag not in keep:
             storage.delete(uri)
+
+
+def _previous_tags(output: storage.Uri) -> set[str]:
+    """The learnt-embedding tags of the previous checkpoint (none when it has no readable record)."""
+    if not storage.exists(output.join(PREVIOUS_RECORD_FILE)):
+        return set()
+    try:
+        return set(_record(output, PREVIOUS_RECORD_FILE).get("embeddings_tags", []))
+    except storage.DamagedFile:
+        return set()
 
 
 def position(state: TrainingState) -> str:
@@ -131,17 +172,73 @@ def position(state: TrainingState) -> str:
     return f"the end of epoch {state.next_epoch}"
 
 
-def load(output: storage.Uri, expected_fingerprint: str) -> TrainingState | None:
-    """The saved state if there is one for this same training setup, else None."""
-    uri = output.join(CHECKPOINT_FILE)
-    if not storage.exists(uri):
-        return None
+def _what_to_do(output: storage.Uri) -> str:
+    return f"delete {output.join('_checkpoints')} to train from the start"
+
+
+def _record(output: storage.Uri, name: str) -> dict[str, Any]:
+    uri = output.join(name)
+    try:
+        raw = json.loads(storage.read_text(uri))
+        storage.FileEntry(int(raw["size"]), str(raw["crc32c"]))
+        return dict(raw)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise storage.DamagedFile(f"{uri} is not a valid checkpoint record ({type(exc).__name__}: {exc})") from None
+
+
+def _unpickle(data: bytes, uri: storage.Uri, output: storage.Uri | None = None) -> dict[str, Any]:
+    """The state in ``data``; a damaged file is named (with what to do, given ``output``)."""
     # weights_only: a checkpoint is data, never code to run. Tensors saved from a GPU load onto
     # the host (the trainer moves them where its model and optimizer live).
-    raw = torch.load(io.BytesIO(storage.read_bytes(uri)), map_location="cpu", weights_only=True)
-    if raw.get("fingerprint") != expected_fingerprint:
+    try:
+        raw = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds on damaged bytes; all mean the same here
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        problem = f"{uri} is not a readable checkpoint ({reason})"
+    else:
+        if isinstance(raw, dict):
+            return raw
+        problem = f"{uri} is not a gnnflow checkpoint (it holds a {type(raw).__name__})"
+    raise storage.DamagedFile(problem if output is None else f"{problem}; {_what_to_do(output)}")
+
+
+def _read(output: storage.Uri, data_file: str, record_file: str) -> dict[str, Any] | None:
+    """One checkpoint file's state, checked against its record; None if there is no file."""
+    uri = output.join(data_file)
+    if not storage.exists(uri):
         return None
-    return TrainingState(**raw)
+    if storage.exists(output.join(record_file)):
+        record = _record(output, record_file)
+        entry = storage.FileEntry(int(record["size"]), str(record["crc32c"]))
+        data = storage.read_verified(uri, storage.Expected(entry, f"its record {output.join(record_file)}"))
+    else:  # written by a gnnflow before records, or the write of its record was cut short
+        data = storage.read_bytes(uri)
+    return _unpickle(data, uri)
+
+
+def load(output: storage.Uri, expected_fingerprint: str, *, announce: bool = True) -> TrainingState | None:
+    """The saved state if there is one for this same training setup, else None.
+
+    A damaged newest checkpoint is skipped for the previous one (``announce``: say so in the log);
+    when no checkpoint is good the run is refused, naming the damage and what to do.
+    """
+    damage: list[str] = []
+    for data_file, record_file in ((CHECKPOINT_FILE, RECORD_FILE), (PREVIOUS_FILE, PREVIOUS_RECORD_FILE)):
+        try:
+            raw = _read(output, data_file, record_file)
+        except storage.DamagedFile as error:  # not a failure to read: that fails the run as it is
+            damage.append(str(error))
+            continue
+        if raw is None:
+            continue
+        same_setup = raw.get("fingerprint") == expected_fingerprint
+        if damage and announce:
+            instead = "resuming from" if same_setup else "training from the start: the setup differs from"
+            log.warning("%s; %s the previous checkpoint, %s", damage[0], instead, output.join(data_file))
+        return TrainingState(**raw) if same_setup else None
+    if damage:
+        raise GnnflowError(f"{'; '.join(damage)}; there is no earlier good checkpoint: restore the file, or {_what_to_do(output)}")
+    return None
 
 
 def for_rank(state: TrainingState, rank: int) -> dict[str, Any]:

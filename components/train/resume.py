@@ -21,7 +21,7 @@ def resumed_state(
 ) -> checkpoint.TrainingState:
     """The checkpoint's state, loaded into ``model``, ``optimizer`` and this rank's ``embeddings``, or a fresh one."""
     fingerprint = checkpoint.fingerprint(config, generation, ctx.world_size)
-    state = checkpoint.load(output, fingerprint)
+    state = checkpoint.load(output, fingerprint, announce=ctx.rank == 0)
     if state is not None and state.next_epoch > config.training.epochs:
         state = None  # fewer epochs than the checkpoint has run: a shorter run, trained afresh
     fresh = state is None

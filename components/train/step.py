@@ -39,7 +39,7 @@ from components.gnn.metrics import all_sum
 from components.gnn.model import HomogeneousGCN, HomogeneousSAGE
 from components.gnn.node_task import NodeTask
 from components.gnn.sampling import RPC_THREADS, SamplingSetup
-from components.gnn.shared_memory import check_sampling_memory
+from components.gnn.shared_memory import check_at_worker_start
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_partition
 from components.runtime import watchdog
@@ -284,6 +284,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
     stopped by SIGTERM, the :class:`~components.gnn.interruption.Preempted` the step raises."""
     config = job.config
     interruption.stop_on_sigterm()  # from here on, SIGTERM stops training at a batch boundary, with a checkpoint
+    if config.training.mode == "sampled":  # before the rendezvous: no peer has placed anything in /dev/shm yet
+        check_at_worker_start(ctx, job.input, config, step="train", loaders=3)  # train, val and test loaders
     placement = worker_placement(config.training, ctx)
     ctx.init_process_group(backend=placement.backend)
     training = config.training
@@ -294,8 +296,6 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
     watchdog.mark("loading")
     partitions = storage.open_published(job.input, step=PARTITION_STEP)
     part = read_partition(partitions, ctx.rank)
-    if config.training.mode == "sampled" and config.training.sampling == "multiprocess":
-        check_sampling_memory(part.nbytes, loaders=3, local_world_size=ctx.local_world_size)  # train, val and test loaders
     schema = part.metadata.schema
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     if config.training.mode == "full_graph":

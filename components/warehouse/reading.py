@@ -22,7 +22,8 @@ from google.cloud import bigquery
 from google.cloud.bigquery_storage_v1 import types
 
 from components.errors import GnnflowError
-from components.warehouse.clients import bigquery_client, read_client
+from components.services import deadline
+from components.warehouse.clients import bigquery_client, read_client, read_retry, read_service
 from components.warehouse.table_ref import BigQueryTable
 
 log = logging.getLogger("gnnflow.warehouse")
@@ -77,7 +78,15 @@ def start_read(table: BigQueryTable, columns: Sequence[str], row_filter: str | N
         read_options=types.ReadSession.TableReadOptions(selected_fields=list(columns), row_restriction=row_filter or ""),
     )
     try:
-        session = read_client().create_read_session(parent=f"projects/{table.project}", read_session=request, max_stream_count=max_streams)
+        session = read_client().create_read_session(
+            parent=f"projects/{table.project}",
+            read_session=request,
+            max_stream_count=max_streams,
+            retry=read_retry(str(table)),
+            timeout=deadline.deadline_s(),
+        )
+    except (api_exceptions.RetryError, api_exceptions.ServiceUnavailable, api_exceptions.DeadlineExceeded) as exc:
+        raise deadline.unreachable(read_service(), str(table), exc) from None
     except api_exceptions.GoogleAPICallError as exc:
         shown = f" with row_filter {row_filter!r}" if row_filter else ""
         raise GnnflowError(f"BigQuery table {table}: cannot start a Storage Read session{shown}: {_short(exc)}") from None
@@ -93,9 +102,14 @@ def _decode(session: ReadSession, serialized: bytes) -> pa.RecordBatch:
 
 def _stream_batches(session: ReadSession, stream: str) -> Iterator[pa.RecordBatch]:
     """One stream's batches; the client resumes a broken stream at its offset by itself."""
-    for response in read_client().read_rows(stream):
-        if response.row_count:
-            yield _decode(session, response.arrow_record_batch.serialized_record_batch)
+    # The retry bounds each (re)connection; the call's own timeout stays the library's (a day),
+    # since reading a large stream may rightly take longer than the service deadline.
+    try:
+        for response in read_client().read_rows(stream, retry=read_retry(str(session.table))):
+            if response.row_count:
+                yield _decode(session, response.arrow_record_batch.serialized_record_batch)
+    except (api_exceptions.RetryError, api_exceptions.ServiceUnavailable) as exc:
+        raise deadline.unreachable(read_service(), f"{session.table} (stream {stream})", exc) from None
 
 
 _END = object()

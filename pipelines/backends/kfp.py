@@ -6,7 +6,7 @@ from typing import Any
 
 from components.errors import GnnflowError
 from pipelines import kfp_submit
-from pipelines.kfp_submit import kfp_client
+from pipelines.kfp_submit import kfp_call, kfp_client
 from pipelines.run_request import KfpTarget, PreparedRun, RunRequest, SubmissionError, SubmittedRun, api_message, is_retryable
 from pipelines.schedule_spec import ScheduleInfo, ScheduleOptions
 
@@ -26,7 +26,9 @@ class KfpBackend:
         return kfp_submit.submit_kfp(self.target, request, prepared, package)
 
     def poll(self, run: SubmittedRun) -> tuple[str, str]:
-        got = kfp_client(self.target).get_run(run.name)
+        subject = f"KFP run {run.name}"
+        client = kfp_client(self.target, subject)
+        got = kfp_call(self.target, subject, lambda: client.get_run(run.name))
         return str(got.state), (got.error.message if got.error else "") or ""
 
     def check_schedule(self, request: RunRequest, options: ScheduleOptions) -> None:
@@ -45,10 +47,12 @@ class KfpBackend:
 
     def create_schedule(self, request: RunRequest, prepared: PreparedRun, package: str, options: ScheduleOptions) -> ScheduleInfo:
         target = self.target
-        client = kfp_client(target)
+        subject = f"KFP recurring run {prepared.display_name!r} (experiment {target.experiment!r})"
+        client = kfp_client(target, subject)
         try:
-            experiment = client.create_experiment(target.experiment, namespace=target.namespace)
-            created = client.create_recurring_run(
+            experiment = kfp_call(target, subject, lambda: client.create_experiment(target.experiment, namespace=target.namespace))
+            # A recurring run has no caller-chosen id: repeated only when the request never left this machine.
+            created = kfp_call(target, subject, lambda: client.create_recurring_run(
                 experiment_id=experiment.experiment_id,
                 job_name=prepared.display_name,
                 description=f"gnnflow, config {request.config}",
@@ -62,7 +66,9 @@ class KfpBackend:
                 pipeline_root=target.pipeline_root,
                 enable_caching=request.enable_caching,
                 service_account=target.service_account,
-            )
+            ), idempotent=False)  # fmt: skip
+        except SubmissionError:
+            raise
         except Exception as exc:  # noqa: BLE001
             raise SubmissionError(
                 f"KFP endpoint {target.host} refused recurring run {prepared.display_name!r}: {api_message(exc)}", is_retryable(exc)
@@ -70,7 +76,7 @@ class KfpBackend:
         return _info(created)
 
     def list_schedules(self) -> list[ScheduleInfo]:
-        client = kfp_client(self.target)
+        client = kfp_client(self.target, "KFP recurring runs")
         infos: list[ScheduleInfo] = []
         token = ""
         while True:
@@ -84,20 +90,22 @@ class KfpBackend:
                 return infos
 
     def pause(self, name: str) -> None:
-        client = kfp_client(self.target)
+        client = kfp_client(self.target, f"KFP recurring run {name}")
         self._call(f"disable recurring run {name}", lambda: client.disable_recurring_run(name))
 
     def resume(self, name: str, catch_up: bool) -> None:  # noqa: ARG002 (a recurring run's catch-up is set when it is created)
-        client = kfp_client(self.target)
+        client = kfp_client(self.target, f"KFP recurring run {name}")
         self._call(f"enable recurring run {name}", lambda: client.enable_recurring_run(name))
 
     def delete(self, name: str) -> None:
-        client = kfp_client(self.target)
+        client = kfp_client(self.target, f"KFP recurring run {name}")
         self._call(f"delete recurring run {name}", lambda: client.delete_recurring_run(name))
 
     def _call(self, what: str, call: Any) -> Any:
         try:
-            return call()
+            return kfp_call(self.target, f"KFP: {what}", call)  # reads, enables, disables, deletes: safe to repeat
+        except SubmissionError:
+            raise
         except Exception as exc:  # noqa: BLE001
             if getattr(exc, "status", None) == 404:
                 raise GnnflowError(f"cannot {what}: not found on {self.target.host}") from exc

@@ -18,7 +18,7 @@ from pipelines.run_request import (
     is_retryable,
 )
 from pipelines.schedule_spec import ScheduleInfo, ScheduleOptions
-from pipelines.vertex_submit import init_vertex, vertex_credentials, vertex_pipeline_job
+from pipelines.vertex_submit import init_vertex, vertex_call, vertex_credentials, vertex_pipeline_job
 
 
 class VertexBackend:
@@ -41,7 +41,8 @@ class VertexBackend:
         return vertex_submit.submit_vertex(self.target, request, prepared, package)
 
     def poll(self, run: SubmittedRun) -> tuple[str, str]:
-        job = vertex_submit.pipeline_service(self.target).get_pipeline_job(name=run.name)
+        service = vertex_submit.pipeline_service(self.target)
+        job = vertex_call(self.target, f"pipeline job {run.name}", lambda: service.get_pipeline_job(name=run.name))
         return job.state.name, job.error.message
 
     def check_schedule(self, request: RunRequest, options: ScheduleOptions) -> None:  # noqa: ARG002
@@ -65,16 +66,24 @@ class VertexBackend:
                 project=target.project,
                 location=target.region,
             )
-            schedule.create(
-                cron=f"TZ={options.time_zone} {options.cron}",
-                # (annotated as str; the proto field takes a datetime, which is what the API is sent)
-                start_time=options.start_time,  # type: ignore[arg-type]
-                end_time=options.end_time,  # type: ignore[arg-type]
-                allow_queueing=options.allow_queueing,
-                max_run_count=options.max_run_count,
-                max_concurrent_run_count=options.max_concurrent_runs,
-                service_account=target.service_account,
+            # A schedule has no caller-chosen id: repeated only when the request never left this machine.
+            vertex_call(
+                target,
+                f"schedule {prepared.display_name!r} in projects/{target.project}/locations/{target.region}",
+                lambda: schedule.create(
+                    cron=f"TZ={options.time_zone} {options.cron}",
+                    # (annotated as str; the proto field takes a datetime, which is what the API is sent)
+                    start_time=options.start_time,  # type: ignore[arg-type]
+                    end_time=options.end_time,  # type: ignore[arg-type]
+                    allow_queueing=options.allow_queueing,
+                    max_run_count=options.max_run_count,
+                    max_concurrent_run_count=options.max_concurrent_runs,
+                    service_account=target.service_account,
+                ),
+                idempotent=False,
             )
+        except SubmissionError:
+            raise
         except ValueError as exc:
             raise GnnflowError(f"invalid Vertex AI schedule: {exc}") from exc
         except Exception as exc:  # noqa: BLE001
@@ -121,8 +130,12 @@ class VertexBackend:
     def _call(self, what: str, call: Any) -> Any:
         from google.api_core import exceptions as api_exceptions
 
+        where = f"projects/{self.target.project}/locations/{self.target.region}"
+        # Reads, pauses, resumes and deletes: repeating one does no harm.
         try:
-            return call()
+            return vertex_call(self.target, f"{what} in {where}", call)
+        except SubmissionError:
+            raise
         except api_exceptions.NotFound as exc:
             raise GnnflowError(f"cannot {what}: not found in projects/{self.target.project}/locations/{self.target.region}") from exc
         except ValueError as exc:  # the SDK's check of a malformed resource name

@@ -6,6 +6,9 @@ the environment and command Vertex AI would give them, so what runs is what woul
 Artifacts live under ``--root`` (a local folder or ``gs://``): an input artifact defaults to
 ``ROOT/<producing task>/<its output name>`` and an output to ``ROOT/<task>/<output name>``, the
 layout a chain of local jobs shares; ``--input``/``--output NAME=URI`` place one elsewhere.
+A SIGTERM to the local job reaches every replica, as Vertex AI sends it to each replica's
+container, and the job exits with their status: 75 when train was preempted and a rerun of the
+same command resumes from its checkpoint (:mod:`pipelines.local_job.termination`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import socket
 import tempfile
 import time
@@ -29,6 +33,7 @@ from components.runtime import pipeline_task
 from pipelines.arguments import key_value_pairs, parse_set
 from pipelines.local_job.replicas import ContainerReplicas, ProcessReplicas, Replica, Runtime, run_replicas, vertex_environment
 from pipelines.local_job.spec import JobTask, executor_input, read_job_task, replica_argv
+from pipelines.local_job.termination import DEFAULT_GRACE_S
 
 DEFAULT_SHM_SIZE = "2g"
 
@@ -65,6 +70,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--shm-size", default=DEFAULT_SHM_SIZE, help=f"--containers: /dev/shm of each replica (default {DEFAULT_SHM_SIZE})")
     parser.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]", help="--containers: pass a variable (repeatable)")
     parser.add_argument("--timeout-s", type=float, help="stop the job after this long (default: the job's own timeout)")
+    parser.add_argument(
+        "--grace-s",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        help=f"on SIGTERM, how long the replicas have to exit after it is passed on before they are killed (default {DEFAULT_GRACE_S:g})",
+    )
     parser.set_defaults(handler=_command, containers=False)
 
 
@@ -87,6 +98,7 @@ def _command(args: argparse.Namespace) -> None:
         shm_size=args.shm_size,
         environment=dict(_environment(args.env)),
         timeout_s=args.timeout_s,
+        grace_s=args.grace_s,
     )
     print(summary(result))
 
@@ -105,13 +117,17 @@ def run_local_job(
     shm_size: str = DEFAULT_SHM_SIZE,
     environment: dict[str, str] | None = None,
     timeout_s: float | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
 ) -> LocalJobResult:
     """Runs every replica of ``task`` and waits for them; returns the chief's executor output.
 
     What can be known before a replica starts is checked first: the task, its parameters, the
     config and overrides (and that they ask for the layout compiled), and that every input
-    artifact is a published output.
+    artifact is a published output. A SIGTERM while the replicas run is passed on to them, who
+    get ``grace_s`` to exit (``termination.ReplicasStopped`` then carries the job's status).
     """
+    if grace_s < 0:
+        raise GnnflowError(f"--grace-s must be 0 or more, got {grace_s:g}")
     try:
         pipeline = yaml.safe_load(storage.read_text(storage.parse_uri(pipeline_uri)))
     except yaml.YAMLError as exc:
@@ -173,7 +189,9 @@ def run_local_job(
         started = time.perf_counter()
         gcs_before = _gcs_folders()
         try:
-            run_replicas(runtime, replicas, timeout_s if timeout_s is not None else job.timeout_s)
+            run_replicas(
+                runtime, replicas, timeout_s if timeout_s is not None else job.timeout_s, label=f"local-job {task}", grace_s=grace_s
+            )
         finally:
             _remove_new_empty_folders(gcs_before)
         if not os.path.exists(output_file):
@@ -214,20 +232,49 @@ def _check_image(engine: str, image: str) -> None:
 
 
 def _free_port_pairs(count: int) -> list[int]:
-    """``count`` ports free now whose next port is free too (GLT's RPC listens on the master's + 1)."""
+    """``count`` ports free now whose next port is free too (GLT's RPC listens on the master's + 1).
+
+    They lie below the kernel's ephemeral range: the replicas bind them only after their imports,
+    seconds later, and a port of that range may meanwhile become the local end of any outgoing
+    connection on this machine (seen: "Address already in use" on a busy one). Below it, only an
+    explicit bind takes a port.
+    """
+    low = _ephemeral_low()
+    pool = list(range(max(_FIRST_UNPRIVILEGED, low - _PORTS_BELOW_EPHEMERAL), low - 1))
+    random.SystemRandom().shuffle(pool)  # parallel local jobs start from different ports
     ports: list[int] = []
-    while len(ports) < count:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        if port not in ports and port + 1 not in ports:
+    for port in pool:
+        if len(ports) == count:
+            break
+        if port in ports or port + 1 in ports or port - 1 in ports:
+            continue
+        if _bindable(port) and _bindable(port + 1):
             ports.append(port)
+    if len(ports) < count:
+        raise GnnflowError(f"no {count} free port pair(s) on 127.0.0.1 below the ephemeral range (from {low})")
     return ports
+
+
+_FIRST_UNPRIVILEGED = 1024
+_PORTS_BELOW_EPHEMERAL = 8000
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
+            return max(int(file.read().split()[0]), _FIRST_UNPRIVILEGED + 100)
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _gcs_folders() -> set[str]:

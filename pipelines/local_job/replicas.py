@@ -6,7 +6,8 @@ pool and index, the job), ``AIP_MODEL_DIR``, ``AIP_CHECKPOINT_DIR`` and
 command and args with the executor input substituted. Rendezvous comes from ``CLUSTER_SPEC``
 alone: the steps' launcher takes workerpool0's first address as the master. As on Vertex AI,
 only workerpool0 writes the task's executor output, and the job fails with its first failed
-replica, which stops the others.
+replica, which stops the others. On SIGTERM the replicas get SIGTERM too, as Vertex AI sends it
+to each replica's container (:mod:`pipelines.local_job.termination`).
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from components.errors import GnnflowError
+from components.runtime.exit_status import EXIT_PREEMPTED
+from pipelines.local_job import termination
 from pipelines.local_job.spec import JobTask
 
 log = logging.getLogger("gnnflow.local_job")
 
 _TAIL_LINES = 30  # of a failed replica's log, in the error
 _STOP_GRACE_S = 10.0
+# One reader thread per replica prints its lines; print() writes a line and its newline in two
+# calls, so without one lock and one write two replicas' lines could run into each other.
+_OUTPUT_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,12 @@ class ProcessReplicas:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL if force else signal.SIGTERM)
 
+    def terminate(self, replica: Replica, process: subprocess.Popen) -> None:
+        """SIGTERM as Vertex AI sends it: to the replica's first process (a container's PID 1,
+        the step's executor), which passes it on to its workers itself."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGTERM)
+
     def close(self) -> None:
         pass
 
@@ -132,6 +144,10 @@ class ContainerReplicas:
         signal_name = "KILL" if force else "TERM"
         subprocess.run([self.engine, "kill", "--signal", signal_name, self._container(replica)], capture_output=True, check=False)
 
+    def terminate(self, replica: Replica, process: subprocess.Popen) -> None:
+        """SIGTERM to the container's PID 1 (the step's executor), as Vertex AI sends it."""
+        self.stop(replica, process)
+
     def close(self) -> None:
         if self.created:
             subprocess.run([self.engine, "network", "rm", "-f", self.network], capture_output=True, check=False)
@@ -148,46 +164,99 @@ class ContainerReplicas:
 Runtime = ProcessReplicas | ContainerReplicas
 
 
-def run_replicas(runtime: Runtime, replicas: Sequence[Replica], timeout_s: float | None) -> None:
+def run_replicas(
+    runtime: Runtime,
+    replicas: Sequence[Replica],
+    timeout_s: float | None,
+    *,
+    label: str = "local-job",
+    grace_s: float = termination.DEFAULT_GRACE_S,
+) -> None:
     """Starts every replica, streams their logs (prefixed with their names), and waits for all.
+
+    On SIGTERM (main thread), passes it to every replica and waits ``grace_s`` for them (see
+    :mod:`pipelines.local_job.termination`); returns only if they all finished regardless.
 
     Raises:
         GnnflowError: for the first replica that exits non-zero (the others are stopped), or
             when the job runs past ``timeout_s``; the message holds the replica's last lines.
+        termination.ReplicasStopped: after a SIGTERM; its ``exit_code`` is the job's status
+            (75 when the replicas were preempted).
     """
     running: list[_Running] = []
-    try:
-        for replica in replicas:
-            entry = _Running(replica, runtime.start(replica))
-            entry.reader = threading.Thread(target=_pump, args=(entry,), daemon=True)
-            entry.reader.start()
-            running.append(entry)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while any(entry.process.poll() is None for entry in running):
-            failed = [entry for entry in running if entry.process.returncode not in (None, 0)]
-            if failed:
-                raise _failure(failed[0], f"exited with code {failed[0].process.returncode}")
-            if deadline is not None and time.monotonic() > deadline:
-                late = next(entry for entry in running if entry.process.poll() is None)
-                raise _failure(late, f"was still running after the job's timeout of {timeout_s:.0f} s")
-            time.sleep(0.2)
-        failed = [entry for entry in running if entry.process.returncode != 0]
+    with termination.sigterm_requests() as sigterm:
+        try:
+            for replica in replicas:
+                entry = _Running(replica, runtime.start(replica))
+                entry.reader = threading.Thread(target=_pump, args=(entry,), daemon=True)
+                entry.reader.start()
+                running.append(entry)
+            _wait(running, timeout_s, sigterm)
+            if sigterm.requested:
+                _terminate(runtime, running, label, grace_s, sigterm)
+        finally:
+            _stop_all(runtime, running)
+
+
+def _wait(running: list[_Running], timeout_s: float | None, sigterm: termination.SigtermRequests) -> None:
+    """Until every replica exited 0, one failed, the timeout or a SIGTERM."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not _all_exited(running) and not sigterm.requested:
+        failed = [entry for entry in running if entry.process.returncode not in (None, 0)]
         if failed:
             raise _failure(failed[0], f"exited with code {failed[0].process.returncode}")
-    finally:
-        for entry in running:
-            if entry.process.poll() is None:
-                runtime.stop(entry.replica, entry.process)
-        for entry in running:
-            try:
-                entry.process.wait(_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                runtime.stop(entry.replica, entry.process, force=True)
-                entry.process.kill()
-                entry.process.wait()
-            if entry.reader is not None:
-                entry.reader.join(_STOP_GRACE_S)
-        runtime.close()
+        if deadline is not None and time.monotonic() > deadline:
+            late = next(entry for entry in running if entry.process.poll() is None)
+            raise _failure(late, f"was still running after the job's timeout of {timeout_s:.0f} s")
+        sigterm.event.wait(0.2)
+    failed = [entry for entry in running if entry.process.returncode != 0]
+    if failed and not sigterm.requested:
+        raise _failure(failed[0], f"exited with code {failed[0].process.returncode}")
+
+
+def _all_exited(entries: list[_Running]) -> bool:
+    """Polls every one (``any`` over ``poll()`` would stop at the first still running, and a
+    later replica's failure would go unseen while an earlier one waits for it)."""
+    return all([entry.process.poll() is not None for entry in entries])  # noqa: C419
+
+
+def _terminate(runtime: Runtime, running: list[_Running], label: str, grace_s: float, sigterm: termination.SigtermRequests) -> None:
+    """SIGTERM to each replica still running, at most ``grace_s`` to exit, then the kill; raises
+    with the job's status unless every replica exited 0."""
+    alive = [entry for entry in running if entry.process.poll() is None]
+    _say(f"{label}: SIGTERM: passed on to {len(alive)} running replica(s), which have {grace_s:g} s to exit")
+    for entry in alive:
+        runtime.terminate(entry.replica, entry.process)
+    deadline, received = time.monotonic() + grace_s, sigterm.count
+    while not _all_exited(alive) and time.monotonic() < deadline and sigterm.count == received:
+        time.sleep(0.1)  # another SIGTERM from now on: kill at once
+    killed = [entry for entry in alive if entry.process.poll() is None]
+    for entry in killed:
+        runtime.stop(entry.replica, entry.process, force=True)
+        entry.process.kill()
+        entry.process.wait()
+    exits = {entry.replica.name: termination.status(entry.process.returncode) for entry in running}
+    end = termination.outcome(label, exits, [entry.replica.name for entry in killed], grace_s)
+    if end.status:
+        raise termination.ReplicasStopped(end.message, end.status)
+    _say(end.message)
+
+
+def _stop_all(runtime: Runtime, running: list[_Running]) -> None:
+    """Stops the replicas still running (SIGTERM, then the kill); closes ``runtime``."""
+    for entry in running:
+        if entry.process.poll() is None:
+            runtime.stop(entry.replica, entry.process)
+    for entry in running:
+        try:
+            entry.process.wait(_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            runtime.stop(entry.replica, entry.process, force=True)
+            entry.process.kill()
+            entry.process.wait()
+        if entry.reader is not None:
+            entry.reader.join(_STOP_GRACE_S)
+    runtime.close()
 
 
 def _pump(entry: _Running) -> None:
@@ -195,11 +264,23 @@ def _pump(entry: _Running) -> None:
     for line in entry.process.stdout:
         line = line.rstrip("\n")
         entry.tail.append(line)
-        print(f"[{entry.replica.name}] {line}", flush=True)
+        _say(f"[{entry.replica.name}] {line}")
+
+
+def _say(line: str) -> None:
+    """Prints ``line`` whole, never into the middle of a replica's line."""
+    with _OUTPUT_LOCK:
+        sys.stdout.write(f"{line}\n")
+        sys.stdout.flush()
 
 
 def _failure(entry: _Running, what: str) -> GnnflowError:
+    """The job's error for ``entry``: a replica preempted by a SIGTERM of its own (as Vertex AI
+    sends each container) makes it exit 75 too, any other failure 2."""
     if entry.reader is not None:
         entry.reader.join(2.0)  # its last lines
     lines = "\n".join(f"  {line}" for line in entry.tail)
+    if entry.process.returncode == EXIT_PREEMPTED:
+        what += " (preempted: rerun to resume from the checkpoint)"
+        return termination.ReplicasStopped(f"replica {entry.replica.name} {what}; its last lines:\n{lines}", EXIT_PREEMPTED)
     return GnnflowError(f"replica {entry.replica.name} {what}; its last lines:\n{lines}")

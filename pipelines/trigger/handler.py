@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.errors import GnnflowError
+from components.services.deadline import ServiceUnreachable
 from pipelines.submit import KfpTarget, RunRequest, SubmissionError, SubmittedRun, Target, VertexTarget, submit
 from pipelines.trigger.message import TriggerError, job_id_for, parse_payload, payload_from_request
 
@@ -95,7 +96,8 @@ def respond(body: bytes, headers: Mapping[str, str], settings: TriggerSettings |
 
     400: the message, its payload or the config it names is wrong (the reason says which field
     or key); Pub/Sub redelivers until its retry policy gives up, so give the subscription a
-    dead-letter topic. 502: the pipeline service failed (503 when retrying may help). 200: the
+    dead-letter topic. 502: the pipeline service failed (503 when retrying may help, or when
+    Cloud Storage or BigQuery did not answer within the service deadline). 200: the
     job name.
     """
     try:
@@ -109,6 +111,9 @@ def respond(body: bytes, headers: Mapping[str, str], settings: TriggerSettings |
     except SubmissionError as exc:
         log.error("submission failed: %s", exc)
         return (503 if exc.retryable else 502), {"error": str(exc)}
+    except ServiceUnreachable as exc:  # GCS or BigQuery down while the run is prepared: a redelivery may succeed
+        log.error("a service did not answer: %s", exc)
+        return 503, {"error": str(exc)}
     except (TriggerError, GnnflowError) as exc:
         log.warning("rejected: %s", exc)
         return 400, {"error": str(exc)}

@@ -77,26 +77,3 @@ def add_tuning_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--space", help="--tuning: search space YAML (default: the built-in space of the config's task)")
     group.add_argument("--trials", type=int, help="--tuning: number of trials")
     group.add_argument("--parallel", type=int, default=1, help="--tuning: trials at once (default 1)")
-
-
-def compile_tuning(args: argparse.Namespace) -> None:
-    """Writes the tuning pipeline's spec; the space is checked against the whole config first."""
-    from components.errors import GnnflowError
-    from pipelines.dag import DEFAULT_IMAGE
-    from pipelines.tune.study import objective_metric, prepare
-    from pipelines.tuning_pipeline import TuningOptions, compile_tuning_pipeline
-
-    if not args.config or args.trials is None:
-        raise GnnflowError("compile --tuning needs --config (its task, space and resources) and --trials")
-    config, space = prepare(args.config, {}, args.space)
-    image = args.image or DEFAULT_IMAGE
-    compile_tuning_pipeline(args.output, config, space, TuningOptions(args.trials, args.parallel), image)
-    log.info(
-        "wrote the tuning pipeline spec to %s (image %s; %d trial(s), %d at a time, maximising %s over %s)",
-        args.output,
-        image,
-        args.trials,
-        args.parallel,
-        objective_metric(config),
-        space.source,
-    )

@@ -30,8 +30,8 @@ from matplotlib.ticker import MaxNLocator
 
 from components import storage
 from components.report.page import data_uri
+from pipelines.tune.records import TrialRecord, TuneResult
 from pipelines.tune.space import encode
-from pipelines.tune.study import TrialRecord, TuneResult
 
 STEP = "tune"
 TRIALS_CSV, BEST_CONFIG, PLOT, PAGE, STUDY_JSON = "trials.csv", "best_config.yaml", "trials.png", "tuning.html", "study.json"

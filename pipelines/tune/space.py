@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import yaml
@@ -165,6 +165,14 @@ def _fan_out_choices(config: GnnflowConfig) -> list[list[int]]:
     return unique
 
 
+def _weight_decay(config: GnnflowConfig) -> Param:
+    """A log scale around Adam's usual range; a config without weight decay (0, which no log scale
+    holds) gets it off or at a few usual strengths instead, so that trial 0 can be the config as given."""
+    if config.training.weight_decay == 0:
+        return Param("training.weight_decay", "categorical", choices=(0.0, 1e-5, 1e-4, 1e-3, 1e-2))
+    return Param("training.weight_decay", "float", low=1e-6, high=1e-2, log=True)
+
+
 def default_space(config: GnnflowConfig) -> SearchSpace:
     """The built-in space for the config's task.
 
@@ -180,7 +188,7 @@ def default_space(config: GnnflowConfig) -> SearchSpace:
         Param("training.learning_rate", "float", low=1e-3, high=5e-2, log=True),
         Param("model.hidden_channels", "categorical", choices=widths),
         Param("model.dropout", "float", low=0.0, high=0.7),
-        Param("training.weight_decay", "float", low=1e-6, high=1e-2, log=True),
+        _weight_decay(config),
     ]
     if config.training.mode == "sampled" and isinstance(config.training.fan_outs, list):
         params.append(Param("training.fan_outs", "categorical", choices=tuple(_fan_out_choices(config))))
@@ -193,20 +201,74 @@ def default_space(config: GnnflowConfig) -> SearchSpace:
     return space
 
 
+def _config_value(config: GnnflowConfig, key: str) -> Any:
+    value: Any = config.model_dump(mode="json")
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _same(choice: Any, value: Any) -> bool:
+    """A choice equal to the config's value: by its text, or as numbers (1 and 1.0), never a bool as a number."""
+    if encode(choice) == encode(value):
+        return True
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (choice, value))
+    return numbers and choice == value
+
+
+def _holding(param: Param, value: Any, source: str) -> tuple[Param, str | None]:
+    """``param`` widened to hold ``value`` (the config's own), and a note of what was widened (None: it held it)."""
+    if param.type == "categorical":
+        if any(_same(c, value) for c in param.choices):
+            return param, None
+        return replace(param, choices=(*param.choices, value)), f"{param.key}: added the config's {encode(value)} to the choices"
+    where = f"search space {source}: key '{param.key}'"
+    low, high = param.bounds
+    if isinstance(value, bool) or not isinstance(value, int | float) or (param.type == "int" and not isinstance(value, int)):
+        raise GnnflowError(
+            f"{where}: the config's value {value!r} is not a{'n integer' if param.type == 'int' else ' number'}, so trial 0 "
+            "could not train the config as given; set the field in the config, or search it as categorical (choices may hold null)"
+        )
+    if low <= value <= high:
+        return param, None
+    if param.log and value <= 0:
+        raise GnnflowError(
+            f"{where}: the config's value {value!r} lies outside [{low:g}, {high:g}], and a log scale cannot reach it, so trial 0 "
+            "could not train the config as given; set a positive value in the config, or give the key a linear scale (log: false)"
+        )
+    widened = replace(param, low=min(param.low, value), high=max(param.high, value))  # type: ignore[type-var]
+    return widened, f"{param.key}: [{low:g}, {high:g}] widened to [{widened.bounds[0]:g}, {widened.bounds[1]:g}] for the config's {value:g}"
+
+
+def holding_config(space: SearchSpace, config: GnnflowConfig) -> tuple[SearchSpace, list[str]]:
+    """The space widened, where needed, to hold the config's own value of every key, and what was widened.
+
+    Trial 0 trains the config as given, so that a study measures its gain over it and never
+    recommends a config that scored below it on validation: a value the space did not hold would
+    be drawn at random instead. Widening (a bound moved to the value, or the value added to the
+    choices) keeps the user's config runnable and the rest of the space as written; a value no
+    widening can hold (null, or zero on a log scale) is refused naming the key.
+    """
+    params, notes = [], []
+    for param in space.params:
+        widened, note = _holding(param, _config_value(config, param.key), space.source)
+        params.append(widened)
+        if note:
+            notes.append(note)
+    return SearchSpace(tuple(params), space.source), notes
+
+
 def config_values(space: SearchSpace, config: GnnflowConfig) -> dict[str, Any]:
     """The config's own values of the space's parameters, for those the space holds (a float or int
-    inside its bounds, a categorical among its choices); the study's first trial."""
-    dumped = config.model_dump(mode="json")
+    inside its bounds, a categorical among its choices, as the choice itself); the study's first trial
+    (every key, once :func:`holding_config` has widened the space)."""
     values: dict[str, Any] = {}
     for param in space.params:
-        value: Any = dumped
-        for part in param.key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        if value is None or isinstance(value, bool):
-            continue
+        value = _config_value(config, param.key)
         if param.type == "categorical":
-            if encode(value) in {encode(c) for c in param.choices}:
-                values[param.key] = value
-        elif isinstance(value, int | float) and param.bounds[0] <= value <= param.bounds[1]:
+            held = [c for c in param.choices if _same(c, value)]
+            if held:
+                values[param.key] = held[0]
+        elif value is not None and not isinstance(value, bool) and param.bounds[0] <= value <= param.bounds[1]:
             values[param.key] = int(value) if param.type == "int" else float(value)
     return values

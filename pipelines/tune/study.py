@@ -5,8 +5,8 @@ up-to-date checks (:func:`pipelines.local_run.run_steps`: a second study over th
 skips them). Each trial then runs only step train, into ``DIR/trials/NNN``, with its parameters
 applied as overrides and ``training.evaluate_test: false``: a trial's model has validation
 metrics only, and the study reads nothing else (its objective is the best epoch's validation
-metric, the one train's early stopping follows). Trial 0 trains the config's own values (those
-inside the space), so the study measures its gain over them. A trial that fails (a combination the config
+metric, the one train's early stopping follows). Trial 0 trains the config as given (the space
+is widened to hold its values first, said in the log), so the study measures its gain over it. A trial that fails (a combination the config
 refuses, a model that does not learn, a crash) is recorded with its error; the study fails only
 when every trial did. The result is published under ``DIR`` (:mod:`pipelines.tune.results`).
 
@@ -37,7 +37,8 @@ from components.tables.bigquery_tables import check_bigquery_inputs
 from components.train.output import METRICS_FILE, VALIDATION_METRIC
 from components.train.step import train
 from pipelines.local_run import RunOutputs, run_steps
-from pipelines.tune.space import Param, SearchSpace, config_values, default_space, encode, load_space
+from pipelines.tune.records import TrialRecord, TuneResult, best_trial
+from pipelines.tune.space import Param, SearchSpace, config_values, default_space, encode, holding_config, load_space
 
 log = logging.getLogger("gnnflow.tune")
 
@@ -53,32 +54,6 @@ class TuneOptions:
     seed: int = 0
     space: str | None = None  # a --space file; None: the default space of the task
     repeats: int = 1  # trainings per trial (training.seed + 0 … repeats-1), scored by their mean
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    """One trial as the study saw it: validation figures only."""
-
-    number: int
-    params: dict[str, Any]
-    metric: float | None  # the objective (None unless state is COMPLETE)
-    epochs_run: int | None
-    seconds: float
-    state: str  # COMPLETE or FAIL
-    error: str = ""
-    seed_metrics: tuple[float, ...] = ()  # each repeat's metric, in seed order (their mean is metric)
-
-
-@dataclass(frozen=True)
-class TuneResult:
-    output: storage.Uri
-    metric: str  # e.g. val_accuracy
-    space: SearchSpace
-    trials: list[TrialRecord]
-    best: TrialRecord
-    best_config: GnnflowConfig
-    data_ran: list[str]
-    data_skipped: list[str]
 
 
 @dataclass(frozen=True)
@@ -293,24 +268,21 @@ def run_study(base: GnnflowConfig, output: storage.Uri, space: SearchSpace, opti
         log.info("  %s", param.describe())
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the study logs each trial itself, failures with their error
     study = optuna.create_study(direction="maximize", sampler=tpe_sampler(options))
+    # Trial 0 is the config as given (prepare widened the space to hold it): the study then reports what tuning
+    # gained over it on validation, and never recommends a config whose validation figure is below it.
     baseline = config_values(space, base)
-    if baseline:
-        # Trial 0 is the config as given: the study then reports what tuning gained over it on validation, and
-        # never recommends a config whose validation figure is below the one it started from.
-        texts = {p.key: encode(baseline[p.key]) if p.type == "categorical" else baseline[p.key] for p in space.params if p.key in baseline}
-        study.enqueue_trial(texts)
-        log.info("trial 0: the config's own values of %d of the %d parameter(s)", len(baseline), len(space.params))
+    missing = [p.key for p in space.params if p.key not in baseline]
+    if missing:
+        raise GnnflowError(f"search space {space.source}: key '{missing[0]}' does not hold the config's value (trial 0)")
+    study.enqueue_trial({p.key: encode(baseline[p.key]) if p.type == "categorical" else baseline[p.key] for p in space.params})
+    log.info("trial 0: the config as given (%s)", _shown(baseline))
     objective = _Objective(study_setup)
     try:
         study.optimize(objective, n_trials=options.trials, n_jobs=options.parallel, catch=(Exception,))
     finally:
         objective.bar.close()
     records = _records(study, space)
-    complete = [r for r in records if r.state == "COMPLETE"]
-    if not complete:
-        raise GnnflowError(f"every one of the {len(records)} trial(s) failed; trial 0: {records[0].error}")
-    best = max(complete, key=lambda r: (r.metric, -r.number))  # ties: the earlier trial
-    best_config = apply_overrides(base, best.params, f"the best trial ({best.number})")
+    best, best_config = best_trial(base, records)
     return TuneResult(output, metric, space, records, best, best_config, ran, skipped)
 
 
@@ -320,4 +292,7 @@ def prepare(config_uri: str, overrides: dict[str, object], space_uri: str | None
     if overrides:
         config = apply_overrides(config, overrides, "--set")
     space = load_space(space_uri, config) if space_uri else default_space(config)
+    space, widened = holding_config(space, config)
+    for note in widened:
+        log.warning("search space widened to hold the config's own value (trial 0 trains the config as given): %s", note)
     return config, space

@@ -11,7 +11,7 @@ from typing import Any
 from components.config.resources import DEFAULT_TIMEOUTS, WorkerTimeouts
 from components.errors import GnnflowError
 from components.runtime import watchdog
-from components.runtime.rendezvous import joining_hosted_store
+from components.runtime.rendezvous import joining_hosted_store, rpc_starting
 
 VERBOSE_ENV = "GNNFLOW_VERBOSE"  # set (by --verbose) to log the traceback of every worker error
 
@@ -58,7 +58,7 @@ class WorkerContext:
         after ``timeouts.rpc_s``."""
         import graphlearn_torch as glt
 
-        with joining_hosted_store(self.stores_hosted), watchdog.phase("rendezvous"):
+        with joining_hosted_store(self.stores_hosted), watchdog.phase("rendezvous"), rpc_starting():
             glt.distributed.init_rpc(
                 master_addr=self.master_addr, master_port=self.rpc_port, num_rpc_threads=num_rpc_threads, rpc_timeout=self.timeouts.rpc_s
             )

@@ -1,0 +1,26 @@
+"""Before a run's first step: each step is asked, in DAG order, what it would refuse
+(:mod:`components.config.preflight`), so that ``gnnflow run``, ``--via kfp-local`` and
+``gnnflow submit`` fail before anything is published or sent."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from components.config.preflight import PlannedRun
+from components.export import checks as export_checks
+from components.infer import checks as infer_checks
+from components.preprocess import checks as preprocess_checks
+from components.train import checks as train_checks
+
+STEP_CHECKS: dict[str, Callable[[PlannedRun], None]] = {
+    "preprocess": preprocess_checks.before_run,
+    "train": train_checks.before_run,
+    "infer": infer_checks.before_run,
+    "export": export_checks.before_run,  # a no-op unless output.bigquery is set
+}
+
+
+def check_before_run(run: PlannedRun) -> None:
+    """Raises the first step's refusal (a GnnflowError naming the key, table or dataset)."""
+    for before_run in STEP_CHECKS.values():
+        before_run(run)
