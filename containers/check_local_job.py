@@ -52,6 +52,35 @@ def host_address() -> str:
     return found[0]
 
 
+def select_runtime(work: Path, engine: str, processes: bool) -> None:
+    """Makes ``work``; for podman containers, points ``CONTAINERS_CONF`` at runc with ulimits this
+    machine allows, unless it is set (crun and the default ulimits fail here: ../shared/STACK.md)."""
+    work.mkdir(parents=True, exist_ok=True)
+    if not processes and engine == "podman" and "CONTAINERS_CONF" not in os.environ:
+        conf = work / "containers.conf"
+        conf.write_text('[containers]\ndefault_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]\n\n[engine]\nruntime = "runc"\n')
+        os.environ["CONTAINERS_CONF"] = str(conf)
+
+
+def staged_demo(emulator: GcsEmulator, work: Path, image: str, overrides: dict[str, object]) -> tuple[storage.Uri, Path, Path]:
+    """The demo with 2 workers and ``runner: vertex`` (plus ``overrides``), preprocessed and
+    serialized on this host into a new bucket of ``emulator``, and the pipeline compiled for
+    ``image``: (run root, config file, compiled pipeline)."""
+    os.environ.update(QUIET_CLOUD, STORAGE_EMULATOR_HOST=emulator.url)
+    bucket = f"check-{uuid.uuid4().hex[:8]}"
+    emulator.create_bucket(bucket)
+    root = storage.parse_uri(f"gs://{bucket}/run")
+    layout: dict[str, object] = {"resources.world_size": 2, "resources.runner": "vertex", **overrides}
+    config = apply_overrides(demo_config(storage.parse_uri(str(work / "demo"))), layout)
+    config_file = work / "config.yaml"
+    config_file.write_text(config.to_yaml())
+    preprocess(config, root.join("preprocess/preprocessed"))
+    serialize(config, root.join("preprocess/preprocessed"), root.join("serialize/tfrecords"))
+    pipeline = work / "pipeline.yaml"
+    assert gnnflow(["compile", "-o", str(pipeline), "--image", image, "--config", str(config_file)]) == 0
+    return root, config_file, pipeline
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--image", default="localhost/gnnflow-check/step:cpu")
@@ -61,27 +90,10 @@ def main() -> int:
     args = parser.parse_args()
     mode = ["--processes"] if args.processes else ["--containers", "--engine", args.engine, "--shm-size", "2g"]
     work = Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
-    if not args.processes and args.engine == "podman" and "CONTAINERS_CONF" not in os.environ:
-        # podman's default runtime (crun) and ulimits fail on this kind of machine (../shared/STACK.md)
-        conf = work / "containers.conf"
-        conf.write_text('[containers]\ndefault_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]\n\n[engine]\nruntime = "runc"\n')
-        os.environ["CONTAINERS_CONF"] = str(conf)
+    select_runtime(work, args.engine, args.processes)
     started = time.time()
     with GcsEmulator(host=host_address()) as emulator:
-        os.environ.update(QUIET_CLOUD, STORAGE_EMULATOR_HOST=emulator.url)
-        bucket = f"check-{uuid.uuid4().hex[:8]}"
-        emulator.create_bucket(bucket)
-        root = storage.parse_uri(f"gs://{bucket}/run")
-        config = apply_overrides(
-            demo_config(storage.parse_uri(str(work / "demo"))), {"resources.world_size": 2, "resources.runner": "vertex"}
-        )
-        config_file = work / "config.yaml"
-        config_file.write_text(config.to_yaml())
-        preprocess(config, root.join("preprocess/preprocessed"))
-        serialize(config, root.join("preprocess/preprocessed"), root.join("serialize/tfrecords"))
-        pipeline = work / "pipeline.yaml"
-        assert gnnflow(["compile", "-o", str(pipeline), "--image", args.image, "--config", str(config_file)]) == 0
+        root, config_file, pipeline = staged_demo(emulator, work, args.image, {})
         seconds = {}
         for task in ("partition", "train", "infer"):
             begun = time.time()

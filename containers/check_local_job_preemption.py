@@ -27,20 +27,14 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from check_local_job import QUIET_CLOUD, host_address  # noqa: E402
+from check_local_job import QUIET_CLOUD, host_address, select_runtime, staged_demo  # noqa: E402
 
 from components import storage  # noqa: E402
-from components.config import apply_overrides  # noqa: E402
-from components.preprocess.step import preprocess  # noqa: E402
-from components.serialize.step import serialize  # noqa: E402
-from pipelines.cli import main as gnnflow  # noqa: E402
-from pipelines.local_run import demo_config  # noqa: E402
 from tests.gcs_emulator import GcsEmulator  # noqa: E402
 
 PREEMPTED = "local-job train: stopped by SIGTERM; replicas preempted (exit 75): rerun to resume from the checkpoint"
@@ -79,25 +73,10 @@ def main() -> int:
     args = parser.parse_args()
     mode = ["--processes"] if args.processes else ["--containers", "--image", args.image, "--engine", args.engine, "--shm-size", "2g"]
     work = Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
-    if not args.processes and args.engine == "podman" and "CONTAINERS_CONF" not in os.environ:
-        conf = work / "containers.conf"  # podman's default runtime (crun) and ulimits fail on this kind of machine (../shared/STACK.md)
-        conf.write_text('[containers]\ndefault_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]\n\n[engine]\nruntime = "runc"\n')
-        os.environ["CONTAINERS_CONF"] = str(conf)
+    select_runtime(work, args.engine, args.processes)
     started = time.time()
     with GcsEmulator(host=host_address()) as emulator:
-        os.environ.update(QUIET_CLOUD, STORAGE_EMULATOR_HOST=emulator.url)
-        bucket = f"preempt-{uuid.uuid4().hex[:8]}"
-        emulator.create_bucket(bucket)
-        root = storage.parse_uri(f"gs://{bucket}/run")
-        overrides: dict[str, object] = {"resources.world_size": 2, "resources.runner": "vertex", **TRAINING}
-        config = apply_overrides(demo_config(storage.parse_uri(str(work / "demo"))), overrides)
-        config_file = work / "config.yaml"
-        config_file.write_text(config.to_yaml())
-        preprocess(config, root.join("preprocess/preprocessed"))
-        serialize(config, root.join("preprocess/preprocessed"), root.join("serialize/tfrecords"))
-        pipeline = work / "pipeline.yaml"
-        assert gnnflow(["compile", "-o", str(pipeline), "--image", args.image, "--config", str(config_file)]) == 0
+        root, config_file, pipeline = staged_demo(emulator, work, args.image, TRAINING)
         passed = [] if args.processes else [f"--env={name}" for name in ("STORAGE_EMULATOR_HOST", *QUIET_CLOUD)]
         job = [sys.executable, "-m", "pipelines.cli", "local-job", str(pipeline), "--root", str(root), "--config", str(config_file)]
         if subprocess.run([*job, "--task", "partition", *mode, *passed], check=False).returncode:

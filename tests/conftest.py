@@ -14,7 +14,7 @@ from tests.flaky_http_proxy import Failure, FlakyProxy
 from tests.gcs_emulator import GcsEmulator
 from tests.recording_server import RecordingServer, add_kfp_routes, add_vertex_routes, compile_package, write_inputs
 from tests.shared_datasets import build_citeseer_node_partitions, require_citeseer
-from tests.small_graphs import build_one_sided_validation
+from tests.small_graphs import build_one_sided_validation, with_updates
 
 # ---------------------------------------------------------------------------------------
 # GCS on loopback: one fake-gcs-server per test session, a fresh bucket per test, and
@@ -183,6 +183,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def one_sided_validation(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Uri, int]:
     """The demo graph whose validation nodes all lie in partition 0 of 2 (see build_one_sided_validation)."""
     return build_one_sided_validation(tmp_path_factory.mktemp("one_sided"))
+
+
+@pytest.fixture(scope="session")
+def one_sided_model(one_sided_validation: tuple[dict, Uri, int], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A train step's output folder after training one_sided_validation's config as it is (5
+    epochs, 2 workers, training.device auto), once per session. Read it as it is; a test that
+    trains on from it or damages it works on its own copy (shutil.copytree)."""
+    from components.train.step import train
+
+    raw, partitions, _ = one_sided_validation
+    model = tmp_path_factory.mktemp("one_sided_model") / "model"
+    train(with_updates(raw), partitions, model)
+    return model
 
 
 @pytest.fixture(scope="session")
