@@ -198,21 +198,24 @@ def test_a_truncated_checkpoint_is_skipped_for_the_previous_one_said_in_the_log(
 
 
 @pytest.mark.multiworker
-def test_train_resumes_from_the_previous_checkpoint_when_the_last_is_truncated(one_sided_validation, tmp_path, capfd) -> None:
+def test_train_resumes_from_the_previous_checkpoint_when_the_last_is_truncated(
+    one_sided_validation, one_sided_model, tmp_path, capfd
+) -> None:
     raw, partitions, _ = one_sided_validation
+    assert raw["training"]["epochs"] == 5 and raw["training"]["early_stopping_patience"] is None  # as one_sided_model trained
     model = tmp_path / "model"
-    train(with_updates(raw, training={"epochs": 2, "early_stopping_patience": None}), partitions, model)
+    shutil.copytree(one_sided_model, model)
     current = model / checkpoint.CHECKPOINT_FILE
     current.write_bytes(current.read_bytes()[:1000])  # what the issue saw: PytorchStreamReader failed reading zip archive
     capfd.readouterr()
 
-    published = train(with_updates(raw, training={"epochs": 3, "early_stopping_patience": None}), partitions, model)
+    published = train(with_updates(raw, training={"epochs": 6}), partitions, model)
     log = capfd.readouterr().err
     assert f"{current} is damaged: it has 1000 bytes" in log, log[-3000:]
     assert f"resuming from the previous checkpoint, {model / checkpoint.PREVIOUS_FILE}" in log
-    assert "resuming from the checkpoint of epoch 0" in log and "PytorchStreamReader" not in log
+    assert "resuming from the checkpoint of epoch 3" in log and "PytorchStreamReader" not in log
     history = [json.loads(line) for line in published.read_bytes("metrics.jsonl").decode().splitlines()]
-    assert [line["epoch"] for line in history] == [0, 1, 2]  # epoch 1 trained again, from the end of epoch 0
+    assert [line["epoch"] for line in history] == [0, 1, 2, 3, 4, 5]  # epoch 4 trained again, from the end of epoch 3
 
 
 def test_a_checkpoint_with_no_good_one_before_it_is_refused_by_name(root: storage.Uri) -> None:

@@ -9,6 +9,7 @@ import io
 import json
 import math
 import os
+import shutil
 import signal
 import threading
 import time
@@ -133,28 +134,31 @@ def test_link_prediction(tmp_path):
     assert metrics["test_count"] == test_edges and 400 <= test_edges <= 520  # positives scored: every test edge once
 
 
-def test_a_worker_without_validation_seeds_takes_part(tmp_path, one_sided_validation):
+def test_a_worker_without_validation_seeds_takes_part(one_sided_validation, one_sided_model):
     # Building a GLT loader is collective: rank 1 builds its (empty) validation loader too.
-    raw, partitions, labelled_val = one_sided_validation
-    metrics = train(with_updates(raw), partitions, tmp_path / "model").read_json("metrics.json")
+    _, _, labelled_val = one_sided_validation
+    metrics = storage.open_published(one_sided_model, step="train").read_json("metrics.json")  # the config as it is
     assert metrics["epochs_run"] == 5
     assert metrics["val_count"] == labelled_val
     assert metrics["val_accuracy"] >= 0.75 and metrics["test_accuracy"] >= 0.75, metrics
 
 
-def test_more_epochs_resume_the_finished_run(tmp_path, one_sided_validation):
+def test_more_epochs_resume_the_finished_run(tmp_path, one_sided_validation, one_sided_model):
     """Raising training.epochs continues from the checkpoint instead of starting again; any
     other training change starts again."""
     raw, partitions, _ = one_sided_validation
-    first = train(with_updates(raw, training={"epochs": 2}), partitions, tmp_path / "model")
+    model = tmp_path / "model"
+    shutil.copytree(one_sided_model, model)  # trained with training.epochs 5
+    first = storage.open_published(model, step="train")
     before = [json.loads(line) for line in first.read_bytes("metrics.jsonl").decode().splitlines()]
-    more = train(with_updates(raw, training={"epochs": 3}), partitions, tmp_path / "model")
+    assert len(before) == 5
+    more = train(with_updates(raw, training={"epochs": 6}), partitions, model)
     after = [json.loads(line) for line in more.read_bytes("metrics.jsonl").decode().splitlines()]
-    assert more.read_json("metrics.json")["epochs_run"] == 3
-    assert after[:2] == before, "the first two epochs were resumed (timings included), not trained again"
-    restarted = train(with_updates(raw, training={"epochs": 3, "learning_rate": 0.02}), partitions, tmp_path / "model")
+    assert more.read_json("metrics.json")["epochs_run"] == 6
+    assert after[:5] == before, "the first five epochs were resumed (timings included), not trained again"
+    restarted = train(with_updates(raw, training={"epochs": 6, "learning_rate": 0.02}), partitions, model)
     again = [json.loads(line) for line in restarted.read_bytes("metrics.jsonl").decode().splitlines()]
-    assert len(again) == 3 and again[1]["loss"] != before[1]["loss"], "a new learning rate trains from the start"
+    assert len(again) == 6 and again[1]["loss"] != before[1]["loss"], "a new learning rate trains from the start"
 
 
 def test_multiprocess_sampling_trains_and_publishes(tmp_path, one_sided_validation):
@@ -175,7 +179,9 @@ def test_a_stopped_sampling_process_fails_the_step_within_the_progress_timeout(t
     """GLT's loader waits for a stopped sampling process with no timeout of its own: the
     watchdog ends the step, naming the stopped process, and nothing is left behind."""
     raw, partitions, _ = one_sided_validation
-    progress_s = 20  # above anything this graph spends between two marks, even on a loaded machine
+    # Above anything this graph spends between two marks, even on a loaded machine: a 15-epoch run
+    # of this config with a 4 s limit and two busy-looping processes on 2 cores never stalled.
+    progress_s = 10
     config = with_updates(
         raw,
         training={"sampling": "multiprocess", "sampling_workers": 1, "epochs": 500, "batch_size": 8},
@@ -235,15 +241,14 @@ no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has 
 
 
 @no_gpu
-def test_device_auto_and_cpu_train_alike_without_a_gpu(tmp_path, one_sided_validation):
+def test_device_auto_and_cpu_train_alike_without_a_gpu(tmp_path, one_sided_validation, one_sided_model):
     # Without a GPU, auto resolves to the CPU placement, which is exactly the setting every run
     # had before device placement existed: the same metrics, epochs and weights bit for bit.
     raw, partitions, _ = one_sided_validation
-    runs = [
-        published_state(train(with_updates(raw, training={"epochs": 2, "device": device}), partitions, tmp_path / device))
-        for device in ("auto", "cpu")
-    ]
-    assert runs[0][0]["epochs_run"] == 2
+    assert with_updates(raw).training.device == "auto"  # the session's one_sided_model trained so
+    cpu = train(with_updates(raw, training={"device": "cpu"}), partitions, tmp_path / "cpu")
+    runs = [published_state(storage.open_published(one_sided_model, step="train")), published_state(cpu)]
+    assert runs[0][0]["epochs_run"] == 5
     assert runs[0][0] == runs[1][0] and runs[0][1] == runs[1][1]
     assert all(torch.equal(runs[0][2][name], runs[1][2][name]) for name in runs[0][2])
 
