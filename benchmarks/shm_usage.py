@@ -68,20 +68,10 @@ def _graph_config(name: str, root: Path):
 
         return parse_config(json.dumps({"graph": citeseer_graph(), "resources": {"world_size": 2}, "training": {"epochs": 2}}), "CiteSeer")
     if name == "wide":  # the graph of tests/test_shared_memory.py's 64 MiB test
-        import numpy as np
-        import pandas as pd
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.small_graphs import write_wide_graph
 
-        rng = np.random.default_rng(0)
-        nodes, width = 3000, 3200
-        table = pd.DataFrame(rng.random((nodes, width), dtype=np.float32), columns=[f"f{i}" for i in range(width)])
-        table.insert(0, "id", np.arange(nodes))
-        table.insert(1, "label", rng.integers(0, 3, nodes).astype(str))
-        table.to_parquet(root / "nodes.parquet")
-        edges = pd.DataFrame({"src": rng.integers(0, nodes, 4 * nodes), "dst": rng.integers(0, nodes, 4 * nodes)})
-        edges.to_parquet(root / "edges.parquet")
-        node = {"type": "item", "uri": str(root / "nodes.parquet"), "id_column": "id", "label_column": "label"}
-        node["features"] = [{"columns": ["f*"]}]
-        graph = {"nodes": [node], "edges": [{"type": "link", "uri": str(root / "edges.parquet"), "src_type": "item", "dst_type": "item"}]}
+        graph = write_wide_graph(root)
         return parse_config(json.dumps({"graph": graph, "resources": {"world_size": 2}, "training": {"epochs": 1}}), "wide graph")
     raise SystemExit(f"unknown graph {name}")
 

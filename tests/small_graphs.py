@@ -71,3 +71,21 @@ def demo_chance(num_nodes: int) -> float:
     always answering that class. Demo runs are scored against twice this."""
     labels = generate_demo_graph(num_nodes).nodes["label"].dropna()
     return float(labels.value_counts(normalize=True).max())
+
+
+def write_wide_graph(root: Path) -> dict:
+    """Writes a graph whose 3,000 nodes carry 3,200 float features each (about 37 MiB of them,
+    small on disk) and 12,000 random edges under ``root``; returns its ``graph`` config section.
+    Two workers holding its whole feature table need more than a container's 64 MiB /dev/shm."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    nodes, width = 3000, 3200
+    table = pd.DataFrame(rng.random((nodes, width), dtype=np.float32), columns=[f"f{i}" for i in range(width)])
+    table.insert(0, "id", np.arange(nodes))
+    table.insert(1, "label", rng.integers(0, 3, nodes).astype(str))
+    table.to_parquet(root / "nodes.parquet")
+    pd.DataFrame({"src": rng.integers(0, nodes, 4 * nodes), "dst": rng.integers(0, nodes, 4 * nodes)}).to_parquet(root / "edges.parquet")
+    node = {"type": "item", "uri": str(root / "nodes.parquet"), "id_column": "id", "label_column": "label"}
+    node["features"] = [{"columns": ["f*"], "transform": "passthrough"}]
+    return {"nodes": [node], "edges": [{"type": "link", "uri": str(root / "edges.parquet"), "src_type": "item", "dst_type": "item"}]}

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 import yaml
 
@@ -19,6 +17,7 @@ from components.gnn.shared_memory import CHANNEL_BYTES, WorkerShape, check_chann
 from components.partition.loading_memory import loading_need, record_bytes, worker_rows
 from components.runtime.shm_budget import WORKER_OVERHEAD, ShmItem, ShmNeed, check_room, free_bytes, refusal, shm_size_flag
 from components.schema import EdgeTypeSchema, GraphSchema, NodeTypeSchema
+from tests.small_graphs import write_wide_graph
 
 MiB = 2**20
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,26 +211,8 @@ def wide_partitions(tmp_path_factory) -> tuple[Path, Path]:
     from components.serialize.step import serialize
 
     root = tmp_path_factory.mktemp("wide")
-    rng = np.random.default_rng(0)
-    nodes, width = 3000, 3200
-    table = pd.DataFrame(rng.random((nodes, width), dtype=np.float32), columns=[f"f{i}" for i in range(width)])
-    table.insert(0, "id", np.arange(nodes))
-    table.insert(1, "label", rng.integers(0, 3, nodes).astype(str))
-    table.to_parquet(root / "nodes.parquet")
-    pd.DataFrame({"src": rng.integers(0, nodes, 4 * nodes), "dst": rng.integers(0, nodes, 4 * nodes)}).to_parquet(root / "edges.parquet")
     raw = {
-        "graph": {
-            "nodes": [
-                {
-                    "type": "item",
-                    "uri": str(root / "nodes.parquet"),
-                    "id_column": "id",
-                    "label_column": "label",
-                    "features": [{"columns": ["f*"], "transform": "passthrough"}],
-                }
-            ],
-            "edges": [{"type": "link", "uri": str(root / "edges.parquet"), "src_type": "item", "dst_type": "item"}],
-        },
+        "graph": write_wide_graph(root),
         "resources": {"world_size": 2},
         "training": {"epochs": 1},
         "output": {"root": str(root / "run")},

@@ -228,35 +228,15 @@ def test_a_failed_cancel_says_the_job_keeps_running_and_how_to_cancel_it(tmp_pat
     claim the job was cancelled, and must name the job and the command that cancels it."""
     import signal
 
-    from tests.test_dataflow_submission import IMAGE, JOB_ID, JOBS, REGION, dataflow_config, dataflow_recorder
+    from tests.test_dataflow_submission import JOB_ID, JOBS, REGION, dataflow_recorder
 
     with dataflow_recorder("JOB_STATE_RUNNING") as recorder:
         recorder.route(
             "PUT", f"{JOBS}/[^/]+", (400, {"error": {"code": 400, "message": "cannot cancel now", "status": "FAILED_PRECONDITION"}})
         )
-        config = tmp_path / "config.yaml"
-        config.write_text(yaml.safe_dump(dataflow_config(tmp_path, gcs_bucket, recorder.url)))
-        step = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "components.preprocess",
-                "--config",
-                str(config),
-                "--output",
-                f"gs://{gcs_bucket}/run/p",
-                "--image",
-                IMAGE,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, deadline.ENV_VARIABLE: str(DATAFLOW_DEADLINE_S)},
-        )
+        step = _dataflow_step(tmp_path, gcs_bucket, recorder)
         try:
-            until = time.monotonic() + 120
-            while not recorder.seen("GET", f"{JOBS}/{JOB_ID}") and time.monotonic() < until and step.poll() is None:
-                time.sleep(0.2)
+            _wait_until_polled(step, recorder)
             assert recorder.seen("POST", JOBS), f"the job was never submitted: {_ended(step)}"
             step.send_signal(signal.SIGTERM)
             _, err = step.communicate(timeout=60)
@@ -273,23 +253,12 @@ def test_a_failed_cancel_says_the_job_keeps_running_and_how_to_cancel_it(tmp_pat
 def test_a_dataflow_endpoint_that_stops_answering_while_the_job_runs_fails_the_step(tmp_path: Path, gcs_bucket: str) -> None:
     """Submitted, then the service only answers 503: the wait gives up at the deadline, saying the
     job may still be running and how to cancel it (Beam's own wait retries each poll ~10 min)."""
-    from tests.test_dataflow_submission import IMAGE, JOB_ID, JOBS, REGION, dataflow_config, dataflow_recorder
+    from tests.test_dataflow_submission import JOB_ID, JOBS, REGION, dataflow_recorder
 
     with dataflow_recorder("JOB_STATE_RUNNING") as recorder:
-        config = tmp_path / "config.yaml"
-        config.write_text(yaml.safe_dump(dataflow_config(tmp_path, gcs_bucket, recorder.url)))
-        command = [sys.executable, "-m", "components.preprocess", "--config", str(config), "--output", f"gs://{gcs_bucket}/run/p"]
-        step = subprocess.Popen(
-            [*command, "--image", IMAGE],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, deadline.ENV_VARIABLE: str(DATAFLOW_DEADLINE_S)},
-        )
+        step = _dataflow_step(tmp_path, gcs_bucket, recorder)
         try:
-            until = time.monotonic() + 120
-            while not recorder.seen("GET", f"{JOBS}/{JOB_ID}") and time.monotonic() < until and step.poll() is None:
-                time.sleep(0.2)
+            _wait_until_polled(step, recorder)
             assert recorder.seen("GET", f"{JOBS}/{JOB_ID}"), f"the job was never polled: {_ended(step)}"
             recorder.route("GET", f"{JOBS}/[^/]+", (503, {"error": {"code": 503, "message": "backend down", "status": "UNAVAILABLE"}}))
             failing = time.monotonic()
@@ -301,3 +270,29 @@ def test_a_dataflow_endpoint_that_stops_answering_while_the_job_runs_fails_the_s
     last = err.strip().splitlines()[-1]
     assert f"Dataflow job {JOB_ID}: Dataflow at " in last and f"did not answer within {DATAFLOW_DEADLINE_S:g} s" in last, err
     assert f"may still be running and billing: gcloud dataflow jobs cancel {JOB_ID} --region {REGION}" in last
+
+
+def _dataflow_step(tmp_path: Path, gcs_bucket: str, recorder) -> subprocess.Popen:
+    """``python -m components.preprocess`` submitting its Beam job to Dataflow at ``recorder``,
+    under :data:`DATAFLOW_DEADLINE_S`."""
+    from tests.test_dataflow_submission import IMAGE, dataflow_config
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(dataflow_config(tmp_path, gcs_bucket, recorder.url)))
+    command = [sys.executable, "-m", "components.preprocess", "--config", str(config), "--output", f"gs://{gcs_bucket}/run/p"]
+    return subprocess.Popen(
+        [*command, "--image", IMAGE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, deadline.ENV_VARIABLE: str(DATAFLOW_DEADLINE_S)},
+    )
+
+
+def _wait_until_polled(step: subprocess.Popen, recorder) -> None:
+    """Until the step has submitted its job and polled its state once (or ended, or 120 s passed)."""
+    from tests.test_dataflow_submission import JOB_ID, JOBS
+
+    until = time.monotonic() + 120
+    while not recorder.seen("GET", f"{JOBS}/{JOB_ID}") and time.monotonic() < until and step.poll() is None:
+        time.sleep(0.2)
