@@ -14,7 +14,6 @@ also on failure (and expire after a day should the process die first).
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import contextlib
 import datetime as dt
@@ -29,6 +28,7 @@ from google.cloud import bigquery
 from components import storage
 from components.errors import GnnflowError
 from components.export.inputs import InferResults, ResultFiles
+from components.storage import gcs
 from components.warehouse.result_tables import ResultKind, check_run_id, result_table
 from components.warehouse.table_ref import BigQueryDataset, BigQueryTable
 
@@ -196,12 +196,6 @@ def _load(client: bigquery.Client, staged: Staged, results: InferResults, feeds:
         )
 
 
-def _stored_crc32c(uri: storage.GcsUri) -> str:
-    """The CRC32C Cloud Storage keeps for an object (hex, as manifests hold it), read from its metadata only."""
-    stored = storage.version(uri).rsplit("-", 1)[-1]  # size-generation-crc32c, the checksum in base64 (no '-' in it)
-    return base64.b64decode(stored).hex()
-
-
 def _load_from_gcs(
     client: bigquery.Client, staged: Staged, results: InferResults, config: bigquery.LoadJobConfig, feeds: list[str]
 ) -> None:
@@ -211,7 +205,7 @@ def _load_from_gcs(
     uris = [results.output.uri(path) for path in staged.files.paths]
     for path, uri in zip(staged.files.paths, uris):
         expected = results.output.manifest.files[path].crc32c
-        if isinstance(uri, storage.GcsUri) and (found := _stored_crc32c(uri)) != expected:
+        if isinstance(uri, storage.GcsUri) and (found := gcs.stored_crc32c(uri)) != expected:
             raise GnnflowError(
                 f"{uri}: CRC32C {found} differs from the manifest's {expected}: the file changed after infer published it; "
                 "re-run infer (nothing was loaded)"

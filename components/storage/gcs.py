@@ -9,6 +9,7 @@ the endpoint.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import os
@@ -131,16 +132,27 @@ def size(uri: GcsUri) -> int:
     return _named(uri, call)
 
 
-def version(uri: GcsUri) -> str:
-    """Size, generation and CRC32C: a new upload at the same key gets a new generation."""
+def _metadata(uri: GcsUri) -> gcs.Blob:
+    """The object's metadata (one request, no content); an error naming it when it does not exist."""
 
-    def call() -> str:
+    def call() -> gcs.Blob:
         blob = client().bucket(uri.bucket).get_blob(uri.key, retry=_retry(uri), timeout=_timeout())
         if blob is None:
             raise GnnflowError(f"{uri} does not exist")
-        return f"{blob.size}-{blob.generation}-{blob.crc32c}"
+        return blob
 
     return _named(uri, call)
+
+
+def version(uri: GcsUri) -> str:
+    """Size, generation and CRC32C: a new upload at the same key gets a new generation."""
+    blob = _metadata(uri)
+    return f"{blob.size}-{blob.generation}-{blob.crc32c}"
+
+
+def stored_crc32c(uri: GcsUri) -> str:
+    """The CRC32C Cloud Storage keeps for the object, in hex as manifests hold it (a metadata read)."""
+    return base64.b64decode(_metadata(uri).crc32c).hex()
 
 
 def versions_below(uri: GcsUri) -> dict[str, str]:
