@@ -1,5 +1,5 @@
 """The ``gnnflow`` command: ``init-config``, ``step NAME ...``, ``run``, ``compile``, ``submit``, ``schedule``,
-``local-job``, ``tune`` and ``vector-index``."""
+``local-job``, ``tune``, ``vector-index`` and ``models``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from components.errors import GnnflowError
 from components.runtime.entrypoint import run_cli
 from pipelines import compile as compile_command
-from pipelines import init_config
+from pipelines import init_config, models_command
 from pipelines import schedule as schedule_command
 from pipelines import submit as submit_command
 from pipelines import vector_index as vector_index_command
@@ -17,7 +17,7 @@ from pipelines.arguments import parse_set
 from pipelines.local_job import command as local_job_command
 from pipelines.tune import command as tune_command
 
-STEPS = ("preprocess", "serialize", "partition", "train", "infer", "report", "export")
+STEPS = ("preprocess", "serialize", "partition", "train", "register", "infer", "report", "export")
 
 
 def _step(args: argparse.Namespace) -> None:
@@ -41,11 +41,11 @@ def _run(args: argparse.Namespace) -> None:
             )
         if args.via == "kfp-docker" and not args.image:
             raise GnnflowError("--via kfp-docker runs every task in the step image: give --image IMAGE (and DOCKER_HOST for podman)")
-        print(kfp_local.summary(kfp_local.run_from_cli(args.config, args.output, overrides, args.infer_mode, args.image)))
+        print(kfp_local.summary(kfp_local.run_from_cli(args.config, args.output, overrides, args.infer_mode, args.image, args.from_model)))
         return
     from pipelines.local_run import run, summary
 
-    print(summary(run(args.config, args.output, overrides, args.infer_mode, args.force)))
+    print(summary(run(args.config, args.output, overrides, args.infer_mode, args.force, args.from_model)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         "through the Docker API at $DOCKER_HOST)",
     )
     run.add_argument("--force", action="store_true", help="run every step even if its output is up to date")
+    run.add_argument(
+        "--from-model",
+        metavar="MODEL",
+        help="inference-only: embed the configured tables with this trained model (a published model URI, or "
+        "REGISTRY@blessed / REGISTRY@vN); runs preprocess (with the model's fitted transforms), serialize, "
+        "partition, infer and report, no training",
+    )
     run.add_argument("--image", help="--via kfp-docker: the step image every task runs in")
     run.set_defaults(handler=_run)
     compile_command.register(commands)
@@ -85,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     local_job_command.register(commands)
     tune_command.register(commands)
     vector_index_command.register(commands)
+    models_command.add_models_parser(commands)
     return parser
 
 

@@ -10,13 +10,23 @@ parameters of each run; a run whose config asks for another runner or replica co
 import argparse
 import logging
 
+from components.errors import GnnflowError
+
 log = logging.getLogger("gnnflow.compile")
 
 
 def _compile(args: argparse.Namespace) -> None:
     from components.config import ResourcesSpec
-    from pipelines.dag import DEFAULT_IMAGE, compile_pipeline, load_exports, load_resources  # kfp loads only for this command
+    from pipelines.dag import (
+        DEFAULT_IMAGE,
+        compile_pipeline,
+        load_exports,
+        load_registry,
+        load_resources,
+    )  # kfp loads only for this command
 
+    if args.from_model and args.tuning:
+        raise GnnflowError("--from-model compiles the inference-only pipeline, which trains nothing to tune: drop one of them")
     if args.tuning:
         from pipelines.tuning_pipeline import compile_tuning
 
@@ -24,7 +34,15 @@ def _compile(args: argparse.Namespace) -> None:
         return
     image = args.image or DEFAULT_IMAGE
     resources = load_resources(args.config) if args.config else None
-    compile_pipeline(args.output, image, resources, export=load_exports(args.config) if args.config else False)
+    registry = load_registry(args.config) if args.config else None
+    exports = load_exports(args.config) if args.config else False
+    compile_pipeline(args.output, image, resources, export=exports, registry=registry, from_model=args.from_model)
+    if args.from_model:
+        log.info("inference-only pipeline: give each run the model parameter (a model URI or REGISTRY@blessed)")
+    elif registry is not None and registry.uri is not None:
+        log.info(
+            "with a register task after train (registry %s, gate on %s)", registry.uri, registry.metric or "the task's validation metric"
+        )
     if args.image is None:
         log.warning("no --image: the spec names the placeholder %r, which a cluster cannot pull", image)
     runner = resources.runner if resources else "local"
@@ -62,6 +80,12 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         help="config YAML whose resources section sets each task's CPU / memory / accelerator "
         "(requests, step_requests) and, with runner vertex, the CustomJob of partition, train "
         "and infer (world_size, processes_per_replica, custom_job); the rest is not read",
+    )
+    parser.add_argument(
+        "--from-model",
+        action="store_true",
+        help="compile the inference-only pipeline (resolve-model, preprocess with the model's transforms, serialize, partition, "
+        "infer, report): each run names its model with the parameter model (a published model URI or REGISTRY@blessed)",
     )
     from pipelines.tune.command import add_tuning_arguments
 

@@ -43,133 +43,102 @@ from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
 import yaml
-from kfp import compiler, dsl, kubernetes
-from kfp.dsl import HTML, Artifact, Dataset, Metrics, Model
+from kfp import compiler, dsl
 from pydantic import BaseModel, ValidationError
 
 from components import storage
-from components.config import OutputSpec, ResourcesSpec, StepName, TaskRequests
-from components.config.resources import MULTI_WORKER_STEPS
+from components.config import OutputSpec, RegistrySpec, ResourcesSpec
 from components.errors import GnnflowError
-from components.export.component import build_component as export_component
-from components.infer.component import build_component as infer_component
-from components.partition.component import build_component as partition_component
-from components.preprocess.component import build_component as preprocess_component
-from components.report.component import build_component as report_component
-from components.runtime.shm_budget import SHM_PATH
-from components.serialize.component import build_component as serialize_component
-from components.train.component import build_component as train_component
-from pipelines.vertex_job import TENSORBOARD_BASE_OUTPUT, custom_job_component
+from components.register.component import build_component as register_component
+from components.registry.vertex import IMAGE_VARIABLE as SERVING_IMAGE_VARIABLE
+from pipelines.dag_inference import build_inference_pipeline
+from pipelines.dag_steps import (
+    DEFAULT_IMAGE,
+    PIPELINE_NAME,
+    RETRY,
+    GatedPipelineOutputs,
+    InferenceOutputs,
+    PipelineOutputs,
+    StepTasks,
+)
 
-PIPELINE_NAME = "gnnflow"
-DEFAULT_IMAGE = "gnnflow:latest"  # a placeholder: give --image REGISTRY/PATH/gnnflow:TAG for a cluster
-RETRIED_STEPS: tuple[StepName, ...] = ("preprocess", "serialize", "report", "export")
-SHM_VOLUME = "dshm"  # the in-memory volume at /dev/shm of partition, train and infer
-RETRY = {"num_retries": 2, "backoff_duration": "30s", "backoff_factor": 2.0, "backoff_max_duration": "600s"}
-
-
-class PipelineOutputs(NamedTuple):
-    """What a run produces, by name; ``kfp.local`` returns these, Vertex AI lists them on the run."""
-
-    preprocessed: Dataset
-    tfrecords: Dataset
-    partitions: Dataset
-    model: Model
-    train_metrics: Metrics
-    embeddings: Dataset
-    infer_metrics: Metrics
-    report: Artifact
-    metrics: Metrics
-    report_html: HTML
-
-
-def apply_requests(task: dsl.PipelineTask, requests: TaskRequests) -> None:
-    """Sets a task's CPU, memory and accelerator as request and limit (Vertex AI sizes machines from limits)."""
-    if requests.cpu is not None:
-        task.set_cpu_request(requests.cpu).set_cpu_limit(requests.cpu)
-    if requests.memory is not None:
-        task.set_memory_request(requests.memory).set_memory_limit(requests.memory)
-    if requests.accelerator_type is not None:
-        task.set_accelerator_type(requests.accelerator_type).set_accelerator_limit(requests.accelerator_count or 1)
-
-
-def mount_shared_memory(task: dsl.PipelineTask, size: str) -> None:
-    """Mounts an in-memory emptyDir of ``size`` (``resources.shm_size``) at the task's ``/dev/shm``
-    (KFP on Kubernetes): the multi-worker steps place feature tables, adjacency and loading
-    buffers there (components/runtime/shm_budget.py), and its pages count against the pod's memory."""
-    kubernetes.empty_dir_mount(task, volume_name=SHM_VOLUME, mount_path=SHM_PATH, medium="Memory", size_limit=size)
+__all__ = ["DEFAULT_IMAGE", "GatedPipelineOutputs", "InferenceOutputs", "PipelineOutputs", "build_pipeline", "compile_pipeline"]
 
 
 def build_pipeline(
-    image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None = None, export: bool = False
-) -> Callable[..., PipelineOutputs]:
-    """The pipeline with every task in ``image`` and the task requests of ``resources`` (default: none);
-    ``export``: with the export task after infer (its output is the task's, not the pipeline's)."""
-    if not image.strip():
-        raise GnnflowError("the pipeline image must not be empty")
-    resources = resources or ResourcesSpec()
-    preprocess_op, serialize_op = preprocess_component(image), serialize_component(image)
-    partition_op, train_op = partition_component(image), train_component(image)
-    infer_op, report_op = infer_component(image), report_component(image)
-    on_vertex = resources.runner == "vertex"
-    replicas = resources.replica_count if on_vertex else 0  # each multi-worker task checks its run's config against it
-    job_inputs: dict[str, dict[str, str]] = {"partition": {}, "train": {}, "infer": {}}
-    if on_vertex:
-        if "/" not in image:  # replicas pull the image themselves; a task of the placeholder would fail hours in
-            raise GnnflowError(
-                f"resources.runner is vertex, but the image {image!r} names no registry that Vertex AI could "
-                "pull from: compile with --image REGISTRY/PATH/gnnflow:TAG"
-            )
-        partition_op = custom_job_component(partition_op, "partition", resources)
-        train_op = custom_job_component(train_op, "train", resources)
-        infer_op = custom_job_component(infer_op, "infer", resources)
-        if resources.custom_job.tensorboard:
-            job_inputs["train"]["base_output_directory"] = TENSORBOARD_BASE_OUTPUT
+    image: str = DEFAULT_IMAGE,
+    resources: ResourcesSpec | None = None,
+    export: bool = False,
+    registry: RegistrySpec | None = None,
+    from_model: bool = False,
+) -> Callable[..., NamedTuple]:
+    """The pipeline with every task in ``image`` and the task requests of ``resources`` (default: none).
 
-    def configure(task: dsl.PipelineTask, step: StepName) -> dsl.PipelineTask:
-        if not (on_vertex and step in MULTI_WORKER_STEPS):  # there the replicas' machines come from custom_job
-            apply_requests(task, resources.requests_for(step))
-            if step in MULTI_WORKER_STEPS:  # its workers run in this task's pod, whose own /dev/shm is 64 MiB
-                mount_shared_memory(task, resources.shm_size)
-        if step in RETRIED_STEPS:
-            task.set_retry(**RETRY)
-        return task
-
-    @dsl.pipeline(
+    ``export``: with the export task after infer (its output is the task's, not the pipeline's);
+    ``registry`` (a config's section, with ``uri`` set): a register task after train, and, with
+    ``downstream: blessed``, infer, report and export inside ``dsl.If`` on its ``blessed`` output;
+    ``from_model``: the inference-only pipeline (see :func:`pipelines.dag_inference.build_inference_pipeline`)."""
+    steps = StepTasks(image, resources or ResourcesSpec())
+    if from_model:
+        return build_inference_pipeline(steps, export)
+    registering = registry is not None and registry.uri is not None
+    gated = registering and registry is not None and registry.downstream == "blessed"
+    register_op = register_component(image) if registering else None
+    decorate = dsl.pipeline(
         name=PIPELINE_NAME,
         description="gnnflow: preprocess, serialize, partition, distributed GraphSAGE training (GLT), inference and report.",
     )
+
+    def trained_tasks(config: str, overrides: str, data_version: str) -> dict[str, dsl.PipelineTask]:
+        settings = {"config": config, "overrides": overrides}
+        pre = steps.configure(steps.preprocess(**settings, data_version=data_version, image=image), "preprocess")
+        ser, part = steps.data_steps(settings, pre)
+        trained = steps.configure(
+            steps.train(**settings, replicas=steps.replicas, partitions=part.outputs["partitions"], **steps.job_inputs["train"]), "train"
+        )
+        tasks = {"preprocess": pre, "serialize": ser, "partition": part, "train": trained}
+        if register_op is not None:
+            tasks["register"] = register_op(**settings, data_version=data_version, model=trained.outputs["model"])
+            tasks["register"].set_retry(**RETRY)  # storage-bound, and idempotent: a retried registration finds its version
+            tasks["register"].set_env_variable(SERVING_IMAGE_VARIABLE, image)  # a Vertex AI Model Registry version's serving container
+        return tasks
+
+    if gated:
+
+        @decorate
+        def gnnflow_gated(config: str, overrides: str = "{}", data_version: str = "", infer_mode: str = "sampled") -> GatedPipelineOutputs:
+            """As the ungated pipeline; infer, report and export run only when train's model is blessed."""
+            tasks = trained_tasks(config, overrides, data_version)
+            settings = {"config": config, "overrides": overrides}
+            model, partitions = tasks["train"].outputs["model"], tasks["partition"].outputs["partitions"]
+            with dsl.If(tasks["register"].outputs["Output"] == True, name="blessed"):  # noqa: E712 - a KFP condition
+                steps.downstream(settings, infer_mode, partitions, model, export)
+            return GatedPipelineOutputs(
+                preprocessed=tasks["preprocess"].outputs["preprocessed"],
+                tfrecords=tasks["serialize"].outputs["tfrecords"],
+                partitions=partitions,
+                model=model,
+                train_metrics=tasks["train"].outputs["metrics"],
+                registration=tasks["register"].outputs["registration"],
+            )
+
+        return gnnflow_gated
+
+    @decorate
     def gnnflow(config: str, overrides: str = "{}", data_version: str = "", infer_mode: str = "sampled") -> PipelineOutputs:
         """``config``: YAML text or a URI of a YAML file; ``overrides``: a JSON object of dotted keys;
         ``data_version``: a fingerprint of the input tables (part of preprocess's cache key);
         ``infer_mode``: sampled or exact."""
+        tasks = trained_tasks(config, overrides, data_version)
         settings = {"config": config, "overrides": overrides}
-        pre = configure(preprocess_op(**settings, data_version=data_version, image=image), "preprocess")
-        ser = configure(serialize_op(**settings, image=image, preprocessed=pre.outputs["preprocessed"]), "serialize")
-        part = configure(
-            partition_op(**settings, replicas=replicas, tfrecords=ser.outputs["tfrecords"], **job_inputs["partition"]), "partition"
-        )
-        trained = configure(train_op(**settings, replicas=replicas, partitions=part.outputs["partitions"], **job_inputs["train"]), "train")
-        inferred = configure(
-            infer_op(
-                **settings,
-                replicas=replicas,
-                mode=infer_mode,
-                partitions=part.outputs["partitions"],
-                model=trained.outputs["model"],
-                **job_inputs["infer"],
-            ),
-            "infer",
-        )
-        reported = configure(report_op(**settings, model=trained.outputs["model"], embeddings=inferred.outputs["embeddings"]), "report")
-        if export:
-            configure(export_component(image)(**settings, embeddings=inferred.outputs["embeddings"]), "export")
+        model, partitions = tasks["train"].outputs["model"], tasks["partition"].outputs["partitions"]
+        inferred, reported = steps.downstream(settings, infer_mode, partitions, model, export)
         return PipelineOutputs(
-            preprocessed=pre.outputs["preprocessed"],
-            tfrecords=ser.outputs["tfrecords"],
-            partitions=part.outputs["partitions"],
-            model=trained.outputs["model"],
-            train_metrics=trained.outputs["metrics"],
+            preprocessed=tasks["preprocess"].outputs["preprocessed"],
+            tfrecords=tasks["serialize"].outputs["tfrecords"],
+            partitions=partitions,
+            model=model,
+            train_metrics=tasks["train"].outputs["metrics"],
             embeddings=inferred.outputs["embeddings"],
             infer_metrics=inferred.outputs["metrics"],
             report=reported.outputs["report"],
@@ -180,9 +149,16 @@ def build_pipeline(
     return gnnflow
 
 
-def compile_pipeline(package_path: str, image: str = DEFAULT_IMAGE, resources: ResourcesSpec | None = None, export: bool = False) -> None:
+def compile_pipeline(
+    package_path: str,
+    image: str = DEFAULT_IMAGE,
+    resources: ResourcesSpec | None = None,
+    export: bool = False,
+    registry: RegistrySpec | None = None,
+    from_model: bool = False,
+) -> None:
     """Writes the pipeline spec (KFP IR YAML) to ``package_path``, a local path or ``gs://`` URI."""
-    write_package(build_pipeline(image, resources, export), package_path)
+    write_package(build_pipeline(image, resources, export, registry, from_model), package_path)
 
 
 def write_package(pipeline: Callable[..., object], package_path: str) -> None:
@@ -202,6 +178,11 @@ def write_package(pipeline: Callable[..., object], package_path: str) -> None:
 def load_exports(uri: str) -> bool:
     """Whether a config file's ``output`` section asks for the export step (compile time, like resources)."""
     return _config_section(uri, "output", OutputSpec).exports
+
+
+def load_registry(uri: str) -> RegistrySpec:
+    """The ``registry`` section of a config file: whether the compiled DAG registers and gates."""
+    return _config_section(uri, "registry", RegistrySpec)
 
 
 def load_resources(uri: str) -> ResourcesSpec:

@@ -25,6 +25,7 @@ from components.config import GnnflowConfig, load_config, resolve_config
 from components.config.preflight import PlannedRun
 from components.errors import GnnflowError
 from components.infer.output import MODES
+from components.registry.open import resolve_model_reference
 from components.tables.reading import tables_fingerprint
 from pipelines.local_run import metric_lines
 from pipelines.preflight import check_before_run
@@ -45,17 +46,18 @@ class KfpLocalRun:
     outputs: dict[str, str]  # pipeline output name (preprocessed, ..., report_html) → artifact URI
     metrics: dict[str, Any]  # the report's metrics.json
     metadata: dict[str, dict[str, Any]]  # pipeline output name → the artifact's metadata (logged metrics, counts)
+    held_back: bool = False  # the gate did not bless the model: infer, report and export did not run
 
     @property
     def report_html(self) -> str:
-        return self.outputs["report_html"]
+        return self.outputs.get("report_html", "(none)")
 
 
-def check_runnable(config: GnnflowConfig, infer_mode: str) -> None:
+def check_runnable(config: GnnflowConfig, infer_mode: str, model: str | None = None, overridden: tuple[str, ...] = ()) -> None:
     """What would fail inside a task but can be known before any task starts."""
     if infer_mode not in MODES:
         raise GnnflowError(f"unknown inference mode {infer_mode!r}: choose one of {', '.join(MODES)}")
-    check_before_run(PlannedRun(config, infer_mode, local=True))  # every task runs on this machine
+    check_before_run(PlannedRun(config, infer_mode, local=True, model=model, overridden=overridden))  # every task runs on this machine
     if config.resources.runner != "local":
         raise GnnflowError(
             f"resources.runner is {config.resources.runner!r}, but kfp.local keeps every artifact on this machine, "
@@ -64,7 +66,12 @@ def check_runnable(config: GnnflowConfig, infer_mode: str) -> None:
 
 
 def run_via_kfp_local(
-    config_text: str, overrides: dict[str, object], root: storage.LocalUri, infer_mode: str = "sampled", image: str | None = None
+    config_text: str,
+    overrides: dict[str, object],
+    root: storage.LocalUri,
+    infer_mode: str = "sampled",
+    image: str | None = None,
+    from_model: str | None = None,
 ) -> KfpLocalRun:
     """Runs the pipeline through ``kfp.local`` with its artifacts under ``root``: each task in
     this environment, or, with ``image``, in a container of that image (DockerRunner).
@@ -76,12 +83,13 @@ def run_via_kfp_local(
     """
     import kfp.local
 
-    from pipelines.dag import DEFAULT_IMAGE, PipelineOutputs, build_pipeline
+    from pipelines.dag import DEFAULT_IMAGE, build_pipeline
 
     if not isinstance(root, storage.LocalUri):
         raise GnnflowError(f"kfp.local writes its artifacts on this machine: the run root must be a local folder, not {root}")
     config = resolve_config(config_text, overrides)
-    check_runnable(config, infer_mode)
+    model = resolve_model_reference(from_model) if from_model else None
+    check_runnable(config, infer_mode, model, tuple(overrides))
     data_version = tables_fingerprint(config.graph)
     storage.write_text(root.join("config.resolved.yaml"), config.to_yaml())
     log.info(
@@ -96,15 +104,22 @@ def run_via_kfp_local(
     else:
         runner = kfp.local.SubprocessRunner(use_venv=False)
     kfp.local.init(runner=runner, pipeline_root=root.path, raise_on_error=True)
-    pipeline = build_pipeline(image or DEFAULT_IMAGE, export=config.output.exports)
+    pipeline = build_pipeline(image or DEFAULT_IMAGE, export=config.output.exports, registry=config.registry, from_model=bool(from_model))
+    parameters = {"config": config_text, "overrides": json.dumps(overrides), "data_version": data_version, "infer_mode": infer_mode}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_IMAGE_WARNING)
         try:
-            task: Any = pipeline(config=config_text, overrides=json.dumps(overrides), data_version=data_version, infer_mode=infer_mode)
+            task: Any = pipeline(**parameters, **({"model": from_model} if from_model else {}))
         except RuntimeError as exc:  # kfp.local: "Pipeline gnnflow finished with status FAILURE. Inner task failed: ..."
             raise GnnflowError(f"kfp.local: {exc} The task's log is above.") from None
-    outputs = {name: task.outputs[name].uri for name in PipelineOutputs._fields}  # in DAG order
-    metadata = {name: dict(task.outputs[name].metadata) for name in PipelineOutputs._fields}
+    outputs = {name: artifact.uri for name, artifact in task.outputs.items()}  # in DAG order
+    metadata = {name: dict(artifact.metadata) for name, artifact in task.outputs.items()}
+    if "report" not in outputs:  # the gated pipeline: report ran inside the condition, or not at all
+        report = storage.parse_uri(outputs["model"]).parent.parent.join("report", "report")  # type: ignore[attr-defined]
+        if not storage.exists(report.join(storage.MANIFEST_NAME)):
+            metrics = json.loads(storage.read_text(storage.parse_uri(outputs["model"]).join("metrics.json")))
+            return KfpLocalRun(root, outputs, metrics, metadata, held_back=True)
+        outputs["report"] = str(report)
     metrics = json.loads(storage.read_text(storage.parse_uri(outputs["report"]).join("metrics.json")))
     return KfpLocalRun(root, outputs, metrics, metadata)
 
@@ -113,13 +128,21 @@ def summary(run: KfpLocalRun) -> str:
     """What a user reads at the end: where each output went and the final metrics."""
     lines = [f"run root: {run.root} (kfp.local)"]
     lines += [f"  {name:<14} {uri}" for name, uri in run.outputs.items()]
+    if run.held_back:
+        lines.append(f"held back: the model was not blessed (see {run.outputs['registration']}); infer, report and export did not run")
+        return "\n".join(lines + metric_lines(run.metrics))
     lines.append(f"report: {run.report_html}")
     lines.append(f"metrics: {storage.parse_uri(run.outputs['report']).join('metrics.json')}")
     return "\n".join(lines + metric_lines(run.metrics))
 
 
 def run_from_cli(
-    config_uri: str | None, output: str | None, overrides: dict[str, object], infer_mode: str = "sampled", image: str | None = None
+    config_uri: str | None,
+    output: str | None,
+    overrides: dict[str, object],
+    infer_mode: str = "sampled",
+    image: str | None = None,
+    from_model: str | None = None,
 ) -> KfpLocalRun:
     """``gnnflow run --via kfp-local`` (or ``kfp-docker``, with ``image``): the demo (no config) or a config file, into a local run root."""
     from pipelines.local_run import demo_config, new_run_root
@@ -138,7 +161,7 @@ def run_from_cli(
     config = config or demo_config(root)
     if image:
         check_visible_in_containers(config, root)
-    return run_via_kfp_local(config.to_yaml(), overrides, root, infer_mode, image)
+    return run_via_kfp_local(config.to_yaml(), overrides, root, infer_mode, image, from_model)
 
 
 def check_visible_in_containers(config: GnnflowConfig, root: storage.LocalUri) -> None:

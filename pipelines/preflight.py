@@ -10,11 +10,13 @@ from components.config.preflight import PlannedRun
 from components.export import checks as export_checks
 from components.infer import checks as infer_checks
 from components.preprocess import checks as preprocess_checks
+from components.register import checks as register_checks
 from components.train import checks as train_checks
 
 STEP_CHECKS: dict[str, Callable[[PlannedRun], None]] = {
     "preprocess": preprocess_checks.before_run,
     "train": train_checks.before_run,
+    "register": register_checks.before_run,  # a no-op unless registry.uri is set
     "infer": infer_checks.before_run,
     "export": export_checks.before_run,  # a no-op unless output.bigquery is set
 }

@@ -34,6 +34,7 @@ from components import storage
 from components.config import EdgeTableSpec, GnnflowConfig, NodeTableSpec, load_config, resolve_config
 from components.config.preflight import PlannedRun
 from components.errors import GnnflowError
+from components.registry.open import resolve_model_reference
 from components.storage import gcs as gcs_backend
 from components.tables.reading import tables_fingerprint
 from pipelines.preflight import check_before_run
@@ -122,6 +123,7 @@ class RunRequest:
     image: str | None = None
     job_id: str | None = None
     config_as: Literal["text", "uri"] = "text"
+    from_model: str | None = None  # inference-only: a published model URI or REGISTRY@blessed / @vN, resolved when the run starts
 
 
 @dataclass(frozen=True)
@@ -169,8 +171,10 @@ def prepare_run(request: RunRequest) -> PreparedRun:
                     f"config {request.config}: {section}[{i}].uri {table.uri!r} is not a gs:// URI (nor a bq:// table); "
                     "a pipeline run on Vertex AI or KFP can only read tables on GCS or in BigQuery"
                 )
-    # bq:// columns, exact inference, the export dataset: refused here, not by a task hours later
-    check_before_run(PlannedRun(resolved, request.infer_mode, local=False))
+    # bq:// columns, exact inference, the export dataset, a model whose transforms cannot encode
+    # the tables: refused here, not by a task hours later (the reference resolves again at run time)
+    model = resolve_model_reference(request.from_model) if request.from_model else None
+    check_before_run(PlannedRun(resolved, request.infer_mode, local=False, model=model, overridden=tuple(request.overrides)))
     config_parameter = str(storage.parse_uri(request.config)) if request.config_as == "uri" else text
     if request.config_as == "uri" and not config_parameter.startswith("gs://"):
         raise GnnflowError(f"config {request.config}: a run that reads its config by URI needs a gs:// URI")
@@ -180,6 +184,8 @@ def prepare_run(request: RunRequest) -> PreparedRun:
         "data_version": data_version(resolved),
         "infer_mode": request.infer_mode,
     }
+    if request.from_model:
+        parameters["model"] = request.from_model
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     return PreparedRun(parameters, request.display_name or f"gnnflow-{stamp}", resolved)
 
@@ -194,7 +200,7 @@ def pipeline_package(request: RunRequest, config: GnnflowConfig) -> Iterator[str
     """``request.package`` after checking its parameters, or the pipeline compiled now for
     ``request.image`` with the task requests of ``config.resources`` (fixed at compile time)."""
     if request.package:
-        check_package(request.package, config)
+        check_package(request.package, config, inference_only=request.from_model is not None)
         yield request.package
         return
     from pipelines.dag import DEFAULT_IMAGE, compile_pipeline  # kfp's compiler loads only when needed
@@ -202,14 +208,17 @@ def pipeline_package(request: RunRequest, config: GnnflowConfig) -> Iterator[str
     image = request.image or DEFAULT_IMAGE
     with tempfile.TemporaryDirectory(prefix="gnnflow-package-") as folder:
         path = os.path.join(folder, "gnnflow.yaml")
-        compile_pipeline(path, image, config.resources, export=config.output.exports)
+        compile_pipeline(
+            path, image, config.resources, export=config.output.exports, registry=config.registry, from_model=request.from_model is not None
+        )
         log.info("compiled the pipeline for image %s", image)
         yield path
 
 
-def check_package(path: str, config: GnnflowConfig | None = None) -> None:
-    """A package must be a KFP pipeline spec taking gnnflow's four parameters, compiled for
-    ``config``'s layout of the multi-worker steps (runner and replica count), if given."""
+def check_package(path: str, config: GnnflowConfig | None = None, inference_only: bool = False) -> None:
+    """A package must be a KFP pipeline spec taking gnnflow's four parameters (and ``model``, for an
+    inference-only run), compiled for ``config``'s layout of the multi-worker steps (runner and
+    replica count), if given."""
     if not os.path.isfile(path):
         raise GnnflowError(f"pipeline package {path} does not exist")
     try:
@@ -221,7 +230,14 @@ def check_package(path: str, config: GnnflowConfig | None = None) -> None:
     missing = [p for p in PIPELINE_PARAMETERS if p not in declared]
     if missing:
         raise GnnflowError(f"pipeline package {path} lacks the parameter(s) {', '.join(missing)}: is it gnnflow's pipeline?")
-    compiled = spec["root"].get("dag", {}).get("tasks", {}).get("train", {}).get("inputs", {}).get("parameters", {}).get("replicas")
+    if inference_only != ("model" in declared):
+        raise GnnflowError(
+            f"pipeline package {path} is gnnflow's {'inference-only' if 'model' in declared else 'training'} pipeline: "
+            + ("drop --from-model, or compile with it" if "model" in declared else "compile it with --from-model, or drop --from-model")
+        )
+    tasks = spec["root"].get("dag", {}).get("tasks", {})
+    multi_worker = tasks.get("train") or tasks.get("infer") or {}
+    compiled = multi_worker.get("inputs", {}).get("parameters", {}).get("replicas")
     if config is not None and compiled is not None:  # the same check the steps make, before anything is sent
         from components.runtime.pipeline_task import check_compiled_layout
 

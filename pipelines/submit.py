@@ -148,6 +148,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--display-name", help="name shown in the console (default: gnnflow-<timestamp>)")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="Vertex AI label (repeatable)")
     parser.add_argument("--infer-mode", choices=["sampled", "exact"], default="sampled")
+    parser.add_argument(
+        "--from-model",
+        metavar="MODEL",
+        help="inference-only run (the pipeline compiled with --from-model): embed the tables with this model, a published "
+        "model URI or REGISTRY@blessed / REGISTRY@vN (resolved when the run starts: a schedule follows the alias)",
+    )
     caching = parser.add_mutually_exclusive_group()
     caching.add_argument("--cache", dest="enable_caching", action="store_true", default=None, help="force step caching on")
     caching.add_argument("--no-cache", dest="enable_caching", action="store_false", help="rerun every step")
@@ -168,6 +174,7 @@ def run_request_from_args(args: argparse.Namespace, **extra: Any) -> RunRequest:
         enable_caching=args.enable_caching,
         package=args.package,
         image=args.image,
+        from_model=args.from_model,
         **extra,
     )
 

@@ -37,7 +37,8 @@ from components.errors import GnnflowError
 from components.partition.component import build_component as partition_component
 from components.preprocess.component import build_component as preprocess_component
 from components.serialize.component import build_component as serialize_component
-from pipelines.dag import DEFAULT_IMAGE, RETRIED_STEPS, RETRY, apply_requests, write_package
+from pipelines.dag import write_package
+from pipelines.dag_steps import DEFAULT_IMAGE, RETRIED_STEPS, RETRY, apply_requests
 from pipelines.tune import vertex
 from pipelines.tune.space import SearchSpace
 from pipelines.tune.study import objective_metric, prepare

@@ -295,6 +295,96 @@ def add_vector_index_routes(server: RecordingServer) -> None:
     server.route("PATCH", index, update)
 
 
+_ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9-]$")
+
+
+def add_model_registry_routes(server: RecordingServer) -> dict[str, list[dict[str, Any]]]:
+    """Models of the Vertex AI Model Registry (REST v1): upload (a done operation, a new model
+    or a new version under ``parentModel``), get (``ID``, ``ID@version``, ``ID@alias``; no
+    suffix: the ``default`` version), list versions, and merge version aliases. Aliases behave as
+    the service documents them: unique within a model (adding one moves it from the version
+    that held it), the first version gets ``default``, and ``default`` cannot be removed.
+
+    Returns the models' versions by model resource name, for tests to seed or inspect."""
+    models: dict[str, list[dict[str, Any]]] = {}
+    ids = itertools.count(1001)
+    model = r"/v1/(?P<model>projects/[^/]+/locations/[^/]+/models/[^/:@%]+)"
+    version = model + r"(?:(?:@|%40)(?P<version>[^/:]+))?"
+
+    def error(code: int, status: str, message: str) -> Reply:
+        return code, {"error": {"code": code, "message": message, "status": status}}
+
+    def find(name: str, selector: str | None) -> dict[str, Any] | None:
+        wanted = selector or "default"
+        for item in models.get(name, []):
+            if item["versionId"] == wanted or wanted in item["versionAliases"]:
+                return item
+        return None
+
+    def give(item: dict[str, Any], aliases: Iterable[str]) -> None:
+        """Adds ``aliases`` to ``item``, taking each from the version that held it."""
+        for alias in aliases:
+            for other in models[item["name"]]:
+                if alias in other["versionAliases"] and other is not item:
+                    other["versionAliases"].remove(alias)
+            if alias not in item["versionAliases"]:
+                item["versionAliases"].append(alias)
+
+    def upload(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        body = request.json
+        parent_model = body.get("parentModel")
+        if parent_model:
+            if parent_model not in models:
+                return error(404, "NOT_FOUND", f"Model {parent_model} not found")
+            name = parent_model
+        else:
+            name = f"{match['parent']}/models/{body.get('modelId') or next(ids)}"
+            if name in models:
+                return error(409, "ALREADY_EXISTS", f"Model {name} already exists")
+            models[name] = []
+        aliases = list(body["model"].get("versionAliases", []))
+        if bad := [a for a in aliases if not _ALIAS.match(a)]:
+            return error(400, "INVALID_ARGUMENT", f"invalid version aliases {bad}")
+        number = str(len(models[name]) + 1)
+        stamp = f"2026-01-01T00:00:{len(models[name]):02d}Z"
+        item = {**body["model"], "name": name, "versionId": number, "versionAliases": []}
+        item.update(versionCreateTime=stamp, versionUpdateTime=stamp, createTime=stamp)
+        models[name].append(item)
+        give(item, aliases + (["default"] if number == "1" else []))
+        response = {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse", "model": name, "modelVersionId": number}
+        return 200, {"name": f"{name}/operations/{next(ids)}", "done": True, "response": response}
+
+    def get(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        item = find(match["model"], match["version"])
+        if item is None:
+            return error(404, "NOT_FOUND", f"Model {match['model']}@{match['version'] or 'default'} not found")
+        return 200, item
+
+    def list_versions(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        if match["model"] not in models:
+            return error(404, "NOT_FOUND", f"Model {match['model']} not found")
+        return 200, {"models": models[match["model"]]}
+
+    def merge(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        item = find(match["model"], match["version"])
+        if item is None:
+            return error(404, "NOT_FOUND", f"Model {match['model']}@{match['version']} not found")
+        changes = request.json.get("versionAliases", [])
+        if bad := [a for a in changes if not _ALIAS.match(a.removeprefix("-"))]:
+            return error(400, "INVALID_ARGUMENT", f"invalid version aliases {bad}")
+        if "-default" in changes:
+            return error(400, "FAILED_PRECONDITION", "the default alias cannot be removed; move it to another version")
+        give(item, [a for a in changes if not a.startswith("-")])
+        item["versionAliases"] = [a for a in item["versionAliases"] if f"-{a}" not in changes]
+        return 200, item
+
+    server.route("POST", f"{_LOCATION}/models:upload", upload)
+    server.route("GET", version, get)
+    server.route("GET", model + ":listVersions", list_versions)
+    server.route("POST", version + ":mergeVersionAliases", merge)
+    return models
+
+
 # ------------------------------------------------------------------------------------ KFP
 _KFP = "/apis/v2beta1"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP_PACKAGES = ("components", "pipelines")
-STEPS = ("preprocess", "serialize", "partition", "train", "infer", "report", "export")
+STEPS = ("preprocess", "serialize", "partition", "train", "register", "infer", "report", "export")
 SHARED_CORE = ("runtime", "tables", "tfrecord", "storage", "config", "schema", "errors", "warehouse", "beam_pipeline", "demo")
 GNN_MAY_READ = {"components.partition.output"}  # partition's contract: stored partitions and range books
 MAX_LINES = 400

@@ -29,7 +29,7 @@ def test_a_local_run_names_the_key_and_asks_for_no_accelerators():
 
 
 def test_the_run_asks_the_steps_in_dag_order():
-    assert list(STEP_CHECKS) == ["preprocess", "train", "infer", "export"]
+    assert list(STEP_CHECKS) == ["preprocess", "train", "register", "infer", "export"]
 
 
 def _cuda_config(tmp_path):

@@ -12,7 +12,8 @@ import yaml
 
 from components import storage
 from components.config import SplitSpec, load_config
-from components.preprocess.step import load_fitted_state, preprocess
+from components.errors import GnnflowError
+from components.preprocess.step import check_fitted_state, load_fitted_state, preprocess
 from components.tables.transforms import encode_splits
 from tests.tiny_graph import EDGES_CSV, NODES_CSV, config_dict, write_tiny_graph
 
@@ -86,6 +87,37 @@ def test_fitted_state_is_reused_for_new_data(tmp_path):
     np.testing.assert_allclose(x[:, 0], (np.array([3.0, 100.0]) - x1.mean()) / x1.std(), rtol=1e-6)
     assert x[:, 2:].tolist() == [[0, 0, 0, 1], [1, 0, 0, 0]]  # 'purple' was never fitted: other slot
     assert read_folder(published, "nodes/item").column("label").to_pylist() == [1, 0]
+    assert published.manifest.metadata["unseen_categories"] == {"item.color": 1}  # the run reports what it met
+    fitting = storage.open_published(tmp_path / "fit" / "out").manifest.metadata
+    assert "unseen_categories" not in fitting  # a fitting run saw every value it encoded
+
+
+def test_fitted_state_refuses_other_feature_columns(tmp_path):
+    """Fresh tables read with other feature columns than the model's transforms were fitted on:
+    one line naming the table and both column lists, nothing published."""
+    preprocess(load_config(write_tiny_graph(tmp_path / "fit")), tmp_path / "fit" / "out")
+    state = load_fitted_state(tmp_path / "fit" / "out")
+    fewer = [{"columns": ["x1"], "transform": "standardize"}, {"columns": ["color"], "transform": "one_hot"}]
+    config = load_config(write_tiny_graph(tmp_path / "new", features=fewer))
+    with pytest.raises(GnnflowError) as error:
+        preprocess(config, tmp_path / "new" / "out", state)
+    message = str(error.value)
+    assert "graph.nodes['item'].features: [standardize of ['x1']; one_hot of ['color']]" in message
+    assert "were made for, [standardize of ['x*']; one_hot of ['color']]" in message and "\n" not in message
+    assert not (tmp_path / "new" / "out" / "manifest.json").exists()
+    # The same check answers before any step of an inference-only run starts (the model's folder holds the state).
+    with pytest.raises(GnnflowError, match=r"graph.nodes\['item'\].features"):
+        check_fitted_state(config, state)
+
+
+def test_fitted_state_refuses_a_table_missing_a_fitted_column(tmp_path):
+    """The config is the model's, the fresh table lacks a column: the reader names file and column."""
+    preprocess(load_config(write_tiny_graph(tmp_path / "fit")), tmp_path / "fit" / "out")
+    nodes = "node_id,label,split,x1,color\nq,red,test,3.0,blue\n"
+    config = load_config(write_tiny_graph(tmp_path / "new", nodes, "src,dst,weight\nq,q,1\n"))
+    with pytest.raises(GnnflowError, match=r"nodes.csv.*x2"):
+        preprocess(config, tmp_path / "new" / "out", load_fitted_state(tmp_path / "fit" / "out"))
+    assert not (tmp_path / "new" / "out" / "manifest.json").exists()
 
 
 def test_random_split_is_seeded_and_independent_of_chunking():

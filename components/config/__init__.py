@@ -8,6 +8,7 @@ the folder of the config file, so a config travels with its data.
 where steps run, ``run`` the whole config with its cross-section checks, ``source`` reading it.
 """
 
+from components.config.registry import BLESSED, RegistrySpec
 from components.config.resources import CustomJobSpec, OutputSpec, ResourcesSpec, StepName, TaskRequests
 from components.config.run import GnnflowConfig
 from components.config.sections import EdgeTableSpec, FeatureSpec, GraphSpec, NodeTableSpec, SplitSpec, TaskSpec, TaskType, Transform
@@ -25,6 +26,7 @@ from components.config.steps import (
 )
 
 __all__ = [
+    "BLESSED",
     "BeamSpec",
     "CustomJobSpec",
     "DataflowSpec",
@@ -38,6 +40,7 @@ __all__ = [
     "OutputSpec",
     "PartitionSpec",
     "PreprocessSpec",
+    "RegistrySpec",
     "ResourcesSpec",
     "RetrievalSpec",
     "SerializeSpec",

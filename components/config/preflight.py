@@ -22,8 +22,13 @@ class PlannedRun:
     local: the multi-worker steps run on this machine (``gnnflow run``, ``--via kfp-local``), so
         what this machine offers (a GPU) can be checked here; False for a run submitted to Vertex
         AI or KFP, whose workers run on the cluster's machines.
+    model: an inference-only run's published model URI (``--from-model``, resolved); None when
+        the run trains.
+    overridden: the dotted keys given on the command line (``--set``, a submit's overrides).
     """
 
     config: GnnflowConfig
     infer_mode: str = "sampled"
     local: bool = True
+    model: str | None = None
+    overridden: tuple[str, ...] = ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import yaml
 from pydantic import Field, model_validator
 
+from components.config.registry import RegistrySpec
 from components.config.resources import OutputSpec, ResourcesSpec
 from components.config.sections import GraphSpec, TaskSpec, _Section
 from components.config.steps import ModelSpec, PartitionSpec, PreprocessSpec, RetrievalSpec, SerializeSpec, TrainingSpec
@@ -28,6 +29,9 @@ class GnnflowConfig(_Section):
         description="Workers of the multi-worker steps, where they run (local or Vertex AI CustomJobs), and task requests.",
     )
     output: OutputSpec = Field(default_factory=OutputSpec, description="Where a run writes.")
+    registry: RegistrySpec = Field(
+        default_factory=RegistrySpec, description="Model registry and evaluation gate (off unless registry.uri is set)."
+    )
 
     @model_validator(mode="after")
     def _task_fits_graph(self) -> GnnflowConfig:

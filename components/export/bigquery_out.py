@@ -45,6 +45,7 @@ _FIELDS = {
     "embedding": ("FLOAT", "REPEATED"),
     "prediction": ("STRING", "NULLABLE"),
     "probability": ("FLOAT", "NULLABLE"),
+    "cold": ("BOOLEAN", "NULLABLE"),  # in the staging tables only: infer's shards carry it
     "candidate_id": ("STRING", "NULLABLE"),
     "score": ("FLOAT", "NULLABLE"),
     "rank": ("INTEGER", "NULLABLE"),

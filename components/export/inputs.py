@@ -35,6 +35,7 @@ def _is_float_list(t: pa.DataType) -> bool:
 # Column → (check, what the contract says): the columns of each kind of file, in infer's order.
 _EMBEDDING_COLUMNS = {"node_id": (_is_string, "string"), "embedding": (_is_float_list, "list<float>")}
 _PREDICTION_COLUMNS = {"prediction": (_is_string, "string"), "probability": (pa.types.is_floating, "float")}
+_COLD_COLUMNS = {"cold": (pa.types.is_boolean, "bool")}  # infer's shards since models carry their id maps
 _CANDIDATE_COLUMNS = {
     "node_id": (_is_string, "string"),
     "candidate_id": (_is_string, "string"),
@@ -98,6 +99,7 @@ def _files(output: storage.PublishedOutput, node_type: str, paths: list[str], ki
             expected = _CANDIDATE_COLUMNS
         else:
             expected = {**_EMBEDDING_COLUMNS, **(_PREDICTION_COLUMNS if "prediction" in schema.names else {})}
+            expected |= _COLD_COLUMNS if "cold" in schema.names else {}
         _check_columns(uri, schema, expected)
         extra = [name for name in schema.names if name not in expected]
         if extra:

@@ -3,9 +3,14 @@
 Output (published atomically; workers write into one generation, the launching process
 publishes once all have finished)::
 
-    embeddings/<node type>/part-<rank>.parquet   node_id, embedding[, prediction, probability]
+    embeddings/<node type>/part-<rank>.parquet   node_id, embedding[, prediction, probability][, cold]
     retrieval/candidates/part-<rank>.parquet     link prediction: node_id, candidate_id, score, rank
     metrics.json                                  test metrics recomputed from the shards
+
+On partitions other than the model's own (fresh tables), the shards have a bool column ``cold``
+and metrics.json ``cold_nodes`` and ``cold_nodes.<type>`` (each featureless type): the nodes
+without a trained row (see :mod:`components.infer.cold_start`). On the model's own partitions no
+node is cold, and neither is written.
     config.resolved.yaml
 """
 

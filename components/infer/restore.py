@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from pydantic import ValidationError
@@ -26,6 +26,9 @@ class RestoredModel:
     task_type: str
     spec: ModelSpec  # the architecture training used (wins over the infer config's model section)
     edge_dir: str  # the sampling direction training used
+    # Replicated learnt tables as trained, keyed by type, when inferring on other partitions than
+    # the model's own: their rows are put in the new ids' order (components.infer.cold_start).
+    trained_rows: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def model_config(config: GnnflowConfig, spec: ModelSpec) -> GnnflowConfig:
@@ -57,11 +60,15 @@ def read_spec(model: storage.PublishedOutput, schema: GraphSchema) -> tuple[dict
     return raw, spec
 
 
-def restore_model(model: storage.PublishedOutput, schema: GraphSchema, config: GnnflowConfig, edge_dir: str) -> RestoredModel:
+def restore_model(
+    model: storage.PublishedOutput, schema: GraphSchema, config: GnnflowConfig, edge_dir: str, trained_elsewhere: bool = False
+) -> RestoredModel:
     """Rebuilds the trained module and loads its weights (``weights_only``: no pickled code runs).
 
     ``edge_dir`` is the direction the partitions sample in; a heterogeneous model's edge types
-    depend on it, so it must be the one training used.
+    depend on it, so it must be the one training used. ``trained_elsewhere``: the partitions are
+    not the model's own, so replicated learnt tables (sized and ordered by the training run's
+    ids) are kept aside in ``trained_rows`` instead of loaded.
     """
     raw, spec = read_spec(model, schema)
     if schema.is_heterogeneous and raw["edge_dir"] != edge_dir:
@@ -75,12 +82,26 @@ def restore_model(model: storage.PublishedOutput, schema: GraphSchema, config: G
     source = model.uri(MODEL_FILE)
     try:
         state = torch.load(io.BytesIO(model.read_bytes(MODEL_FILE)), map_location="cpu", weights_only=True)
+        trained_rows = _set_aside_learnt_tables(module, state) if trained_elsewhere else {}
         module.load_state_dict(state)
     except (RuntimeError, ValueError, TypeError, EOFError) as exc:  # torch reports mismatches as RuntimeError
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise GnnflowError(f"{source} does not fit the graph in the partitions: {first_line}") from None
     module.eval()
-    return RestoredModel(module, schema.task_type, spec, raw["edge_dir"])
+    return RestoredModel(module, schema.task_type, spec, raw["edge_dir"], trained_rows)
+
+
+def _set_aside_learnt_tables(module: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Takes the replicated learnt tables out of ``state`` (the module's own stand in for them)."""
+    tables = getattr(module.encoder, "embedding", {})
+    own = module.state_dict()
+    aside = {}
+    for node_type in tables:
+        key = f"encoder.embedding.{node_type}.weight"
+        if key in state:
+            aside[node_type] = state.pop(key)
+            state[key] = own[key]
+    return aside
 
 
 def install_learnt_rows(model: storage.PublishedOutput, spec: ModelSpec, part: StoredPartition) -> None:

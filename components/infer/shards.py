@@ -3,6 +3,9 @@
 One shard per node type and worker, ``embeddings/<type>/part-<rank>.parquet``, columns:
 ``node_id`` (string, the id of the user's table), ``embedding`` (list<float32>), and for the
 classification target ``prediction`` (class name) and ``probability`` (float32, its softmax).
+Inference on partitions other than the model's own (fresh tables) adds ``cold`` (bool): true for a
+featureless-type node the model has no trained row of (a node new since training, embedded from
+the cold-start row, see :mod:`.cold_start`), false for every other node.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ def shard_path(node_type: str, rank: int) -> str:
     return f"{EMBEDDINGS_FOLDER}/{node_type}/part-{rank:05d}.parquet"
 
 
-def shard_table(originals: np.ndarray, out: NodeOutputs, vocabulary: list[str] | None) -> pa.Table:
-    """The Parquet table of one shard; ``originals``: (n,) original ids of ``out.node_ids``."""
+def shard_table(originals: np.ndarray, out: NodeOutputs, vocabulary: list[str] | None, cold: np.ndarray | None = None) -> pa.Table:
+    """The Parquet table of one shard; ``originals``: (n,) original ids of ``out.node_ids``;
+    ``cold``: (n,) bool, which of them are cold (None: no such column)."""
     n, hidden = out.embeddings.shape
     flat = pa.array(out.embeddings.to(torch.float32).numpy().reshape(-1), pa.float32())
     offsets = pa.array(np.arange(0, (n + 1) * hidden, hidden, dtype=np.int32) if hidden else np.zeros(n + 1, np.int32))
@@ -38,6 +42,8 @@ def shard_table(originals: np.ndarray, out: NodeOutputs, vocabulary: list[str] |
         probability, predicted = out.probabilities.max(dim=1)
         columns["prediction"] = pa.array(np.asarray(vocabulary, dtype=object)[predicted.numpy()], pa.string())
         columns["probability"] = pa.array(probability.to(torch.float32).numpy(), pa.float32())
+    if cold is not None:
+        columns["cold"] = pa.array(cold.astype(bool), pa.bool_())
     return pa.table(columns)
 
 

@@ -32,14 +32,16 @@ from components.gnn.link_labels import hard_negative_pairs, positive_pairs, trai
 from components.gnn.metrics import all_sum, classification_metrics
 from components.gnn.shared_memory import check_at_worker_start
 from components.infer import shards
+from components.infer.cold_start import check_bundle, install_learnt_inputs, trained_elsewhere
 from components.infer.layerwise import check_encoder, exact_outputs
 from components.infer.link_eval import link_metrics, own_embeddings
 from components.infer.metrics import shard_confusion
 from components.infer.output import METRICS_FILE, MODES, STEP
 from components.infer.outputs import NodeOutputs
-from components.infer.restore import RestoredModel, install_learnt_rows, model_config, restore_model
+from components.infer.restore import RestoredModel, model_config, restore_model
 from components.infer.retrieval import OwnNodes, write_retrieval
 from components.infer.retrieval_metrics import retrieval_metrics
+from components.infer.schema_fit import check_model_fits
 from components.infer.shards import embedding_matrix
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_metadata, read_original_ids, read_partition
@@ -198,13 +200,17 @@ def _retrieval(
 
 
 def _write_shards(
-    staging: storage.OutputStaging, part: StoredPartition, outputs: dict[str, NodeOutputs], originals: dict, rank: int
+    staging: storage.OutputStaging, part: StoredPartition, outputs: dict[str, NodeOutputs], originals: dict, rank: int, cold: dict | None
 ) -> None:
+    """One shard per node type; with ``cold`` (type → flags of the partition's nodes, featureless
+    types only), a ``cold`` column on every shard."""
     schema = part.metadata.schema
     for node_type, out in outputs.items():
         node = schema.node_types[node_type]
         vocabulary = node.label_vocabulary if schema.task_type == "node_classification" and node_type == schema.target else None
-        table = shards.shard_table(originals[node_type][(out.node_ids - part.node_offset(node_type)).numpy()], out, vocabulary)
+        rows = (out.node_ids - part.node_offset(node_type)).numpy()
+        flags = None if cold is None else cold[node_type].numpy()[rows] if node_type in cold else np.zeros(len(rows), dtype=bool)
+        table = shards.shard_table(originals[node_type][rows], out, vocabulary, flags)
         shards.write_shard(staging, node_type, rank, table)
 
 
@@ -233,8 +239,9 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     schema = part.metadata.schema
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     published_model = storage.open_published(job.model, step=TRAIN_STEP)
-    model = restore_model(published_model, schema, job.config, edge_dir)
-    install_learnt_rows(published_model, model.spec, part)
+    elsewhere = trained_elsewhere(published_model, partitions)
+    model = restore_model(published_model, schema, job.config, edge_dir, trained_elsewhere=elsewhere)
+    cold = install_learnt_inputs(published_model, model, part, partitions, elsewhere)  # featureless types: which nodes are new
     if job.config.resources.reuse_freed_memory:
         reuse_freed_memory()
     start = time.perf_counter()
@@ -259,11 +266,12 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     _check_complete(outputs, part)
     watchdog.mark("writing")
     originals = {t: read_original_ids(partitions, ctx.rank, t) for t in schema.node_types}  # this partition's only
-    _write_shards(staging, part, outputs, originals, ctx.rank)
+    _write_shards(staging, part, outputs, originals, ctx.rank, cold)
     retrieval = _retrieval(staging, part, outputs, originals, ctx, job.config, threads) if job.config.retrieval_on else {}
     # After this every shard is written: rank 0 may read any of them.
     gathered: list = [None] * ctx.world_size
-    dist.all_gather_object(gathered, (staging.entries, {t: len(o.node_ids) for t, o in outputs.items()}, seconds))
+    cold_counts = {t: int(flags.sum()) for t, flags in cold.items()} if cold is not None else None
+    dist.all_gather_object(gathered, (staging.entries, {t: len(o.node_ids) for t, o in outputs.items()}, seconds, cold_counts))
     if schema.task_type == "node_classification":
         metrics = _classification_metrics(staging, part, originals, ctx.rank)
     else:
@@ -273,13 +281,21 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
         dist.barrier()  # nobody leaves while rank 0 may still talk to it
         return None
     metrics = {"mode": job.mode, **(metrics or {})}  # type: ignore[dict-item]  # mode beside the floats
+    if cold is not None:  # partitions other than the model's own: how many nodes it had no row of
+        metrics |= cold_metrics([g[3] for g in gathered])
     staging.write_json(METRICS_FILE, metrics)
     staging.write_bytes("config.resolved.yaml", job.config.to_yaml().encode())
-    for entries, _, _ in gathered:
+    for entries, *_ in gathered:
         staging.add_entries(entries)
     counts = {f"nodes.{t}": sum(g[1][t] for g in gathered) for t in schema.node_types}
     dist.barrier()
     return {"entries": dict(staging.entries), "metrics": metrics, "counts": counts, "seconds": max(g[2] for g in gathered)}
+
+
+def cold_metrics(per_worker: list[dict[str, int]]) -> dict[str, int]:
+    """``cold_nodes`` (all types) and ``cold_nodes.<type>`` of each featureless type, summed over workers."""
+    by_type = {t: sum(w[t] for w in per_worker) for t in per_worker[0]}
+    return {"cold_nodes": sum(by_type.values()), **{f"cold_nodes.{t}": n for t, n in by_type.items()}}
 
 
 def _open(uri: storage.Uri | str, step: str, what: str) -> storage.PublishedOutput:
@@ -313,7 +329,12 @@ def infer(
             f"and {len(schema.message_edge_types)} edge types: use --mode sampled"
         )
     check_device(config.training)
-    restored = restore_model(model_output, schema, config, "out" if metadata.edge_assignment == "src" else "in")
+    check_model_fits(model_output, schema, partitions.root)
+    elsewhere = trained_elsewhere(model_output, partitions)
+    if elsewhere:
+        check_bundle(model_output, schema)
+        log.info("infer: %s was trained on other partitions: featureless nodes are found by their original ids", model_output.root)
+    restored = restore_model(model_output, schema, config, "out" if metadata.edge_assignment == "src" else "in", elsewhere)
     if mode == "exact":
         check_encoder(restored.module.encoder)
     fan_outs = config.training.fan_outs

@@ -4,6 +4,7 @@ partitions (:mod:`.store`) and the range partition books that map ids to partiti
 
 from __future__ import annotations
 
+from components import storage
 from components.partition.books import IdDirectory, hash_owner, range_ends, range_offset, range_owner
 from components.partition.store import METADATA_FILE, PartitionMetadata, StoredPartition, read_metadata, read_original_ids, read_partition
 
@@ -20,6 +21,14 @@ __all__ = [
     "read_metadata",
     "read_original_ids",
     "read_partition",
+    "source_of",
 ]
 
 STEP = "partition"
+
+
+def source_of(partitions: storage.PublishedOutput) -> tuple[str | None, str | None]:
+    """The serialize output these partitions were made from and its generation then, as the
+    manifest records them (None where it does not: partitions made by hand, or an older gnnflow)."""
+    metadata = partitions.manifest.metadata
+    return metadata.get("source"), metadata.get("source_generation")

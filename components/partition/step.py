@@ -116,7 +116,7 @@ def partition(
 ) -> storage.PublishedOutput | None:
     """Runs the step; returns the published output (None on cluster replicas other than the first)."""
     output = storage.parse_uri(output)
-    storage.open_published(input_uri, step=SERIALIZE_STEP)  # fail here, before any worker starts
+    serialized = storage.open_published(input_uri, step=SERIALIZE_STEP)  # fail here, before any worker starts
     staging = storage.OutputStaging(output, STEP)
     job = PartitionJob(str(storage.parse_uri(input_uri)), str(output), staging.generation, options, threads)
     log.info("partition: %s → %s with %d worker(s)", input_uri, output, world_size)
@@ -136,6 +136,8 @@ def partition(
     counts = {"partitions": summary.num_partitions}
     counts |= {f"nodes.{t}": sum(c) for t, c in summary.node_counts.items()}
     counts |= {f"edges.{t}": sum(c) for t, c in summary.edge_counts.items()}
-    published = staging.publish(counts=counts, metadata={"source": str(input_uri), "edge_assignment": options.edge_assignment})
+    # What a trained model is traced back to its preprocess run by (components.partition.output.source_of).
+    lineage = {"source": str(serialized.root), "source_generation": serialized.manifest.generation}
+    published = staging.publish(counts=counts, metadata={**lineage, "edge_assignment": options.edge_assignment})
     log.info("partition: published %s (%s) in %.1fs", output, ", ".join(f"{k}={v}" for k, v in counts.items()), time.perf_counter() - start)
     return published

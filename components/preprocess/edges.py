@@ -11,7 +11,14 @@ import pyarrow as pa
 
 from components.config import EdgeTableSpec, PreprocessSpec, SplitSpec
 from components.errors import GnnflowError
-from components.preprocess.nodes import TableSource, count_splits, empty_table_error, open_bigquery_table, open_table
+from components.preprocess.nodes import (
+    TableSource,
+    check_reused_columns,
+    count_splits,
+    empty_table_error,
+    open_bigquery_table,
+    open_table,
+)
 from components.preprocess.parts import PartWriter
 from components.runtime.runlog import progress, rate, timed
 from components.schema import SPLIT_CODES, EdgeTypeSchema
@@ -137,6 +144,7 @@ def write_edges(
     source, groups = open_edge_table(spec)
     if reused is not None:
         features = [FittedFeatures.from_dict(f) for f in reused["features"]]
+        check_reused_columns(f"edge table {spec.name!r} ({spec.uri})", features, groups)
     else:
         features = fit_edge_features(spec, options, source, groups)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from components import storage
 from components.config import GnnflowConfig
 from components.preprocess.edges import write_edges
@@ -20,7 +22,8 @@ def preprocess_here(config: GnnflowConfig, output: storage.Uri, fitted_state: di
     }
     with storage.staged_output(output, STEP) as staging:
         writer = PartWriter(staging)
-        node_schemas = {name: write_nodes(fit, config.preprocess, node_split(config, name), writer) for name, fit in fits.items()}
+        unseen: Counter[str] = Counter()
+        node_schemas = {name: write_nodes(fit, config.preprocess, node_split(config, name), writer, unseen) for name, fit in fits.items()}
         edge_schemas, edge_features = {}, {}
         for spec in config.graph.edges:
             schema, features = write_edges(
@@ -34,4 +37,5 @@ def preprocess_here(config: GnnflowConfig, output: storage.Uri, fitted_state: di
             )
             edge_schemas[spec.name], edge_features[spec.name] = schema, features
         node_state = {name: (fit.features, fit.label_vocabulary) for name, fit in fits.items()}
-        return publish_preprocessed(staging, config, node_schemas, edge_schemas, node_state, edge_features)
+        reused = dict(unseen) if fitted_state is not None else None
+        return publish_preprocessed(staging, config, node_schemas, edge_schemas, node_state, edge_features, reused)

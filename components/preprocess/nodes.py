@@ -8,6 +8,7 @@ plus the id map.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ from components.tables.transforms import (
     FittedFeatures,
     PerFileFitters,
     column_type,
+    count_unseen_categories,
     encode_features,
     encode_labels,
     encode_splits,
@@ -204,12 +206,26 @@ def fit_nodes(spec: NodeTableSpec, options: PreprocessSpec, reused: dict | None)
         index = in_value_order(index, source.integer_ids)
     if reused is not None:
         features = [FittedFeatures.from_dict(f) for f in reused["features"]]
+        check_reused_columns(f"node table {spec.type!r} ({spec.uri})", features, groups)
         vocabulary = reused.get("label_vocabulary")
     else:
         features = fitters.finish()
         vocabulary = fit_label_vocabulary(labels) if spec.label_column else None
     log.info("nodes[%s]: %d rows from %s, %s", spec.type, rows, source.description, rate(rows, elapsed[0]))
     return NodeFit(spec, source, features, vocabulary, index, reused is not None)
+
+
+def check_reused_columns(table: str, reused: list[FittedFeatures], groups: list[list[str]]) -> None:
+    """An error when the feature columns a table is read with are not those an earlier run's
+    transforms were fitted on: the model's input layer expects exactly those, in that order."""
+    fitted = [list(f.columns) for f in reused]
+    if fitted != [list(g) for g in groups]:
+        missing = [c for g in fitted for c in g if c not in {c for g in groups for c in g}]
+        extra = [c for g in groups for c in g if c not in {c for g in fitted for c in g}]
+        detail = f"missing {missing}" if missing else f"not in the model {extra}" if extra else "in another grouping or order"
+        raise GnnflowError(
+            f"{table}: its feature columns {groups} differ from those the fitted transforms were made for {fitted} ({detail})"
+        )
 
 
 def in_value_order(ids: pd.Index, integers: bool) -> pd.Index:
@@ -233,6 +249,7 @@ class NodeChunk:
     id_map: pa.Table  # node_id, original_id
     split_codes: np.ndarray  # (rows,) int8
     labelled_split_codes: np.ndarray  # (labelled rows,) int8: the split codes of the rows with a label
+    unseen_categories: dict[str, int]  # one-hot column → values outside the fitted vocabulary
 
 
 def encode_node_chunk(
@@ -271,7 +288,7 @@ def encode_node_chunk(
     columns["split"] = pa.array(codes)
     id_map = pa.table({"node_id": pa.array(node_ids), "original_id": chunk.table.column(spec.id_column).combine_chunks()})
     labelled = codes[label != NO_LABEL] if label is not None else codes[:0]
-    return NodeChunk(pa.table(columns), id_map, codes, labelled)
+    return NodeChunk(pa.table(columns), id_map, codes, labelled, count_unseen_categories(chunk.table, features))
 
 
 def count_splits(codes: np.ndarray, sizes: dict[str, int]) -> None:
@@ -313,10 +330,14 @@ def node_type_schema(
     )
 
 
-def write_nodes(fit: NodeFit, options: PreprocessSpec, split: SplitSpec | None, writer: PartWriter) -> NodeTypeSchema:
+def write_nodes(
+    fit: NodeFit, options: PreprocessSpec, split: SplitSpec | None, writer: PartWriter, unseen: Counter[str] | None = None
+) -> NodeTypeSchema:
     """Pass 2: transformed features, labels and splits, and the id map, as Parquet parts.
 
     ``split`` is the task's split spec when this is the task's target node type, else None.
+    ``unseen`` adds up, per ``<type>.<column>``, the one-hot values outside an earlier run's
+    fitted vocabulary (only when the transforms are reused: in a fitting run they were seen).
     """
     spec = fit.spec
     split_sizes = dict.fromkeys(SPLIT_CODES, 0)
@@ -334,6 +355,8 @@ def write_nodes(fit: NodeFit, options: PreprocessSpec, split: SplitSpec | None, 
             count_splits(encoded.labelled_split_codes, labelled)
             writer.write(f"nodes/{spec.type}", encoded.nodes)
             writer.write(f"id_maps/{spec.type}", encoded.id_map)
+            if fit.reused and unseen is not None:
+                unseen.update({f"{spec.type}.{column}": n for column, n in encoded.unseen_categories.items()})
             file_rows.append(chunk.table.num_rows)
             next_id += chunk.table.num_rows
             bar.update(chunk.table.num_rows)

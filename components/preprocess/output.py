@@ -17,6 +17,7 @@ import logging
 
 from components import storage
 from components.config import GnnflowConfig
+from components.errors import GnnflowError
 from components.schema import EdgeTypeSchema, GraphSchema, NodeTypeSchema
 from components.tables.transforms import FittedFeatures
 
@@ -25,14 +26,19 @@ log = logging.getLogger("gnnflow.preprocess")
 STEP = "preprocess"
 SCHEMA_FILE = "graph_schema.json"
 STATE_FILE = "transform_state.json"
+UNSEEN_CATEGORIES = "unseen_categories"  # manifest metadata of a run with reused transforms
 
 
 def load_fitted_state(uri: storage.Uri | str) -> dict:
-    """Fitted statistics from an earlier preprocess output (its root, or the state file itself)."""
+    """Fitted statistics from an earlier run: a preprocess output, or any published output that
+    carries its ``transform_state.json`` (a trained model does), or the state file itself."""
     uri = storage.parse_uri(uri)
     if storage.exists(uri):
         return json.loads(storage.read_text(uri))
-    return storage.open_published(uri, step=STEP).read_json(STATE_FILE)
+    published = storage.open_published(uri)
+    if STATE_FILE not in published.manifest.files:
+        raise GnnflowError(f"{uri} holds no {STATE_FILE}: give a preprocess output, a model trained by this version, or the state file")
+    return published.read_json(STATE_FILE)
 
 
 def publish_preprocessed(
@@ -42,8 +48,12 @@ def publish_preprocessed(
     edge_schemas: dict[str, EdgeTypeSchema],
     node_state: dict[str, tuple[list[FittedFeatures], list[str] | None]],
     edge_features: dict[str, list[FittedFeatures]],
+    unseen_categories: dict[str, int] | None = None,
 ) -> storage.PublishedOutput:
-    """Writes the schema, the fitted state and the config beside the parts, then publishes."""
+    """Writes the schema, the fitted state and the config beside the parts, then publishes.
+
+    ``unseen_categories`` (``<type>.<column>`` → values outside an earlier run's fitted
+    vocabulary, which went to the 'other' slot) is recorded in the manifest's metadata."""
     task, target = config.task, config.task_target
     graph = GraphSchema(task_type=task.type, target=target, node_types=node_schemas, edge_types=edge_schemas)
     state = {
@@ -57,7 +67,15 @@ def publish_preprocessed(
     staging.write_json(STATE_FILE, state)
     staging.write_bytes("config.resolved.yaml", config.to_yaml().encode())
     counts = {f"nodes.{k}": v.count for k, v in node_schemas.items()} | {f"edges.{k}": v.count for k, v in edge_schemas.items()}
-    published = staging.publish(counts=counts, metadata={"task_type": task.type, "target": target})
+    metadata: dict[str, object] = {"task_type": task.type, "target": target}
+    if unseen_categories is not None:
+        metadata[UNSEEN_CATEGORIES] = unseen_categories
+        if unseen_categories:
+            log.warning(
+                "preprocess: categories the fitted transforms never saw, encoded in their 'other' slot: %s",
+                ", ".join(f"{k}={v}" for k, v in sorted(unseen_categories.items())),
+            )
+    published = staging.publish(counts=counts, metadata=metadata)
     log.info("preprocess: published %s (%s)", staging.output, ", ".join(f"{k}={v}" for k, v in counts.items()))
     return published
 

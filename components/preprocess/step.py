@@ -18,13 +18,29 @@ log = logging.getLogger("gnnflow.preprocess")
 
 
 def check_fitted_state(config: GnnflowConfig, fitted_state: dict | None) -> None:
-    """An error naming the types an earlier run's fitted state has no statistics for."""
+    """An error naming the first table whose features the earlier run's fitted state cannot
+    encode: a type it has no statistics for, or feature groups (columns, transforms) other than
+    those it was fitted on (the model's input layer takes exactly those)."""
     if fitted_state is None:
         return
     missing = [n.type for n in config.graph.nodes if n.type not in fitted_state.get("node_types", {})]
     missing += [e.name for e in config.graph.edges if e.name not in fitted_state.get("edge_types", {})]
     if missing:
         raise GnnflowError(f"the fitted state has no statistics for {missing}")
+    tables = [("nodes", n.type, n.features) for n in config.graph.nodes] + [("edges", e.name, e.features) for e in config.graph.edges]
+    for kind, name, specs in tables:
+        fitted = fitted_state["node_types" if kind == "nodes" else "edge_types"][name].get("features", [])
+        configured = [spec.model_dump(mode="json") for spec in specs]
+        reused = [group.get("spec") for group in fitted]
+        if configured != reused:
+            raise GnnflowError(
+                f"graph.{kind}[{name!r}].features: {_groups(configured)} differ from the features the fitted transforms "
+                f"were made for, {_groups(reused)}: an inference-only run reads the columns the model was trained on"
+            )
+
+
+def _groups(specs: list) -> str:
+    return "[" + "; ".join(f"{s.get('transform')} of {s.get('columns')}" if isinstance(s, dict) else repr(s) for s in specs) + "]"
 
 
 def preprocess(

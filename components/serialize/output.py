@@ -25,3 +25,10 @@ METADATA_FILE = "graph_metadata.json"
 
 def read_graph_metadata(serialized: storage.PublishedOutput) -> GraphSchema:
     return GraphSchema.from_json(serialized.read_bytes(METADATA_FILE).decode(), str(serialized.uri(METADATA_FILE)))
+
+
+def source_of(serialized: storage.PublishedOutput) -> tuple[str | None, str | None]:
+    """The preprocess output these TFRecords were serialized from and its generation then, as the
+    manifest records them (None where it does not)."""
+    metadata = serialized.manifest.metadata
+    return metadata.get("source"), metadata.get("source_generation")

@@ -1,6 +1,7 @@
 """Storage for step inputs and outputs: typed URIs, one file API, atomic publication, and reads
 checked against the recorded checksums."""
 
+from components.storage.conditional import create_exclusive, read_with_version, update_atomically, write_if_version
 from components.storage.files import (
     copy_file,
     copy_tree,
@@ -25,6 +26,7 @@ from components.storage.files import (
 )
 from components.storage.integrity import DamagedFile, Expected, FileEntry, VerifyingReader, read_verified, verify
 from components.storage.publish import (
+    MANIFEST_NAME,
     Manifest,
     OutputStaging,
     PublishedOutput,
@@ -34,6 +36,7 @@ from components.storage.publish import (
 from components.storage.uri import GcsUri, LocalUri, Uri, parse_uri, relative_to
 
 __all__ = [
+    "MANIFEST_NAME",
     "DamagedFile",
     "Expected",
     "FileEntry",
@@ -46,6 +49,7 @@ __all__ = [
     "VerifyingReader",
     "copy_file",
     "copy_tree",
+    "create_exclusive",
     "delete",
     "delete_prefix",
     "download_file",
@@ -60,14 +64,17 @@ __all__ = [
     "read_bytes",
     "read_text",
     "read_verified",
+    "read_with_version",
     "relative_to",
     "rename",
     "size",
     "staged_output",
+    "update_atomically",
     "upload_file",
     "version",
     "verify",
     "versions_below",
     "write_bytes",
+    "write_if_version",
     "write_text",
 ]

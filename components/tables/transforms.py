@@ -235,6 +235,23 @@ def encode_features(chunk: pa.Table, groups: Sequence[FittedFeatures], row_name:
     return np.concatenate(parts, axis=1)
 
 
+def count_unseen_categories(chunk: pa.Table, groups: Sequence[FittedFeatures]) -> dict[str, int]:
+    """Per one-hot column, how many of the chunk's values are outside the fitted vocabulary (they
+    land in the trailing 'other' slot); only columns with any. Hashing has no vocabulary: every
+    value has a bucket, seen or not."""
+    unseen: dict[str, int] = {}
+    for group in groups:
+        if group.spec.transform != "one_hot":
+            continue
+        for j, name in enumerate(group.columns):
+            values = pd.Series(_strings(chunk, name))
+            present = ~(values.isna() | (values == "")).to_numpy()
+            codes = pd.Categorical(values, categories=group.categories[j]).codes  # type: ignore[index]
+            if count := int(((codes < 0) & present).sum()):
+                unseen[name] = count
+    return unseen
+
+
 def fit_label_vocabulary(values: set[str]) -> list[str]:
     """Class names in a stable order: numeric-aware sort so 'class_10' follows 'class_9'."""
 

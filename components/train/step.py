@@ -47,7 +47,7 @@ from components.runtime.allocator import reuse_freed_memory
 from components.runtime.collectives import all_max_int, gather_to_rank_zero
 from components.runtime.launcher import WorkerContext, launch_staged, publishes_here
 from components.runtime.threads import ThreadPlan, Work, use_worker_threads
-from components.train import attempts, checkpoint, curves, health
+from components.train import attempts, bundle, checkpoint, curves, health
 from components.train.embeddings import TrainedEmbeddings
 from components.train.full_graph import full_graph_setup
 from components.train.output import HISTORY_FILE, METRICS_FILE, MODEL_FILE, SPEC_FILE, STEP, VALIDATION_METRIC
@@ -326,22 +326,14 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
     stop()
     watchdog.mark("publishing")
     shard_entries = embeddings.stage(output, job.generation, STEP) if embeddings is not None else {}
+    shard_entries |= bundle.stage_learnt_ids(partitions, ctx.rank, learnt_types(part), output, job.generation, STEP)
     shard_entries_by_rank = gather_to_rank_zero(shard_entries)  # also: every shard is written before rank 0 returns
     if live is not None:
         staging = storage.OutputStaging(output, STEP, generation=job.generation)
         buffer = io.BytesIO()
         torch.save(placement.to_host(model.state_dict()), buffer)
         staging.write_bytes(MODEL_FILE, buffer.getvalue())
-        staging.write_json(
-            SPEC_FILE,
-            {
-                "task_type": schema.task_type,
-                "target": schema.target,
-                "heterogeneous": schema.is_heterogeneous,
-                "edge_dir": edge_dir,
-                "model": config.model.model_dump(mode="json"),
-            },
-        )
+        staging.write_json(SPEC_FILE, bundle.model_spec(schema, edge_dir, config.model))
         staging.write_bytes(HISTORY_FILE, "".join(json.dumps(line) + "\n" for line in state.history).encode())
         curves.stage_curves(staging, live, state.history, state.wall_times)
         staging.write_json(METRICS_FILE, final)
@@ -356,7 +348,8 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
 def train(config: GnnflowConfig, input_uri: storage.Uri | str, output: storage.Uri | str) -> storage.PublishedOutput | None:
     """Runs the step; returns the published model (None on cluster replicas other than the first)."""
     output = storage.parse_uri(output)
-    storage.open_published(input_uri, step=PARTITION_STEP)  # fail here, before any worker starts
+    # Fail here, before any worker starts: the partitions, and the preprocess run the model carries the transforms of.
+    trained_from = bundle.trace_lineage(storage.open_published(input_uri, step=PARTITION_STEP))
     check_device(config.training)
     attempts.refuse_a_looping_retry(output)
     staging = storage.OutputStaging(output, STEP)
@@ -384,8 +377,10 @@ def train(config: GnnflowConfig, input_uri: storage.Uri | str, output: storage.U
     if not isinstance(result, dict):  # a cluster replica that does not publish (launch_staged raised a Preempted)
         return None
     staging.add_entries(result["entries"])
+    bundle.stage_lineage(staging, trained_from)
     metrics = result["metrics"]
-    published = staging.publish(counts={"epochs": metrics["epochs_run"]}, metadata={"source": str(input_uri), "metrics": metrics})
+    lineage = {"source": str(input_uri), "source_generation": trained_from.partitions_generation, "preprocessed": trained_from.preprocessed}
+    published = staging.publish(counts={"epochs": metrics["epochs_run"]}, metadata={**lineage, "metrics": metrics})
     attempts.clear(output)
     log.info(
         "train: published %s in %.1fs: %s",

@@ -250,7 +250,7 @@ def run_study(base: GnnflowConfig, output: storage.Uri, space: SearchSpace, opti
     check_parallel(base, options, cores)
     check_bigquery_inputs(base)  # bq:// tables' columns and types, before the data steps start
     data_root = output.join("data")
-    ran, skipped = run_steps(base, data_root, DATA_STEPS)
+    ran, skipped, _ = run_steps(base, data_root, DATA_STEPS)
     partitions = RunOutputs.under(data_root).partitions
     metric = objective_metric(base)
     study_setup = _Study(base, space, partitions, output.join("trials"), metric, options, _fixed_overrides(base, options, cores))
