@@ -22,6 +22,7 @@ as a fraction of the full run's (target: at most 40 %).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -77,8 +78,7 @@ def embeddings_by_id(embeddings: storage.Uri) -> pd.DataFrame:
     published = storage.open_published(embeddings)
     frames = []
     for path in published.files_under("embeddings"):
-        with published.open_read(path) as f:
-            table = pq.read_table(f)
+        table = pq.read_table(io.BytesIO(published.read_bytes(path)))
         frame = table.select([c for c in ("node_id", "prediction") if c in table.column_names]).to_pandas()
         frame["embedding"] = list(embedding_matrix(table).numpy())
         frames.append(frame)

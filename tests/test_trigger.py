@@ -19,6 +19,9 @@ from http.server import ThreadingHTTPServer
 import pytest
 import yaml
 
+from components.config import load_config
+from components.errors import GnnflowError
+from components.preprocess.step import preprocess
 from pipelines.submit import KfpTarget, VertexTarget
 from pipelines.trigger import TriggerSettings, cloud_function, handle
 from pipelines.trigger.__main__ import make_server
@@ -245,3 +248,23 @@ def test_storage_that_does_not_answer_is_503_so_pubsub_redelivers(settings, conf
     status, reply = respond(json.dumps(pubsub({"config_uri": config_uri})).encode(), {"Content-Type": "application/json"}, settings)
     assert status == 503, reply
     assert reply["error"].startswith(f"{config_uri}: Cloud Storage at http://127.0.0.1:{closed} did not answer within 2 s")
+
+
+def test_a_message_with_from_model_submits_the_inference_only_pipeline(recorder, gcs_bucket, config_uri):
+    """A daily embedding schedule: the message names the model (here a published output holding
+    the fitted transforms the config's tables are encoded with); the pipeline is compiled
+    inference-only and the model reference travels as the run's ``model`` parameter."""
+    model = f"gs://{gcs_bucket}/fitted"
+    preprocess(load_config(config_uri), model)
+    settings = TriggerSettings(
+        VertexTarget("demo-project", "us-central1", f"gs://{gcs_bucket}/root", None, recorder.url), image="example.com/gnnflow:1"
+    )
+    run = handle({"config_uri": config_uri, "from_model": model}, settings, message_id="42")
+    [sent] = recorder.seen("POST", JOBS)
+    assert sent.json["runtimeConfig"]["parameterValues"]["model"] == model == run.parameters["model"]
+    assert set(sent.json["pipelineSpec"]["root"]["dag"]["tasks"]) == {
+        "resolve-model", "preprocess-with-model", "serialize", "partition", "infer", "report"
+    }  # fmt: skip
+    with pytest.raises(GnnflowError, match="the model to infer with: .*missing"):  # refused before anything is sent
+        handle({"config_uri": config_uri, "from_model": f"gs://{gcs_bucket}/nothing-here"}, settings, message_id="43")
+    assert len(recorder.seen("POST", JOBS)) == 1

@@ -85,6 +85,7 @@ def handle(payload: dict[str, Any], settings: TriggerSettings | None = None, mes
         package=settings.package,
         image=settings.image,
         job_id=job_id_for(message_id),
+        from_model=parsed.from_model,
     )
     run = submit(request, settings.target)
     log.info("message %s: submitted %s for %s", message_id or "-", run.name, parsed.config_uri)

@@ -30,6 +30,12 @@ class TriggerPayload(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict, description="Vertex AI labels of the run.")
     infer_mode: Literal["sampled", "exact"] = Field("sampled", description="How the infer step computes embeddings.")
     enable_caching: bool | None = Field(None, description="Force step caching on or off (default: the compiled setting).")
+    from_model: str | None = Field(
+        None,
+        min_length=1,
+        description="Inference-only run with this model: a published model URI or REGISTRY@blessed / REGISTRY@vN "
+        "(GNNFLOW_PACKAGE, if set, must be the pipeline compiled with --from-model).",
+    )
 
     @field_validator("overrides", mode="before")
     @classmethod
