@@ -1,5 +1,5 @@
 """The ``gnnflow`` command: ``init-config``, ``step NAME ...``, ``run``, ``compile``, ``submit``, ``schedule``,
-``local-job``, ``tune``, ``vector-index`` and ``models``."""
+``local-job``, ``tune``, ``vector-index``, ``models``, ``serve`` and ``deploy``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from components.errors import GnnflowError
 from components.runtime.entrypoint import run_cli
 from pipelines import compile as compile_command
-from pipelines import init_config, models_command
+from pipelines import deploy as deploy_command
+from pipelines import init_config, models_command, serve_command
 from pipelines import schedule as schedule_command
 from pipelines import submit as submit_command
 from pipelines import vector_index as vector_index_command
@@ -93,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune_command.register(commands)
     vector_index_command.register(commands)
     models_command.add_models_parser(commands)
+    serve_command.add_parser(commands)
+    deploy_command.add_parser(commands)
     return parser
 
 

@@ -385,6 +385,158 @@ def add_model_registry_routes(server: RecordingServer) -> dict[str, list[dict[st
     return models
 
 
+_FILTER_TERM = re.compile(r'^(?P<key>[a-zA-Z_][a-zA-Z0-9_.-]*)\s*=\s*"(?P<value>[^"]*)"$')
+
+
+def _filter_terms(text: str) -> dict[str, str] | None:
+    """A Vertex AI list filter of ``key="value"`` terms joined by ``AND`` (the subset gnnflow
+    sends) as key → value; None for anything else, which the routes answer 400."""
+    terms: dict[str, str] = {}
+    for term in re.split(r"\s+AND\s+", text.strip()) if text.strip() else []:
+        match = _FILTER_TERM.match(term.strip())
+        if not match or not (match["key"] == "display_name" or match["key"].startswith("labels.")):
+            return None
+        terms[match["key"]] = match["value"]
+    return terms
+
+
+def _matches(item: dict[str, Any], terms: dict[str, str]) -> bool:
+    for key, value in terms.items():
+        have = item.get("displayName") if key == "display_name" else item.get("labels", {}).get(key.removeprefix("labels."))
+        if have != value:
+            return False
+    return True
+
+
+def _bad_filter(text: str) -> Reply:
+    return 400, {"error": {"code": 400, "message": f"invalid filter {text!r}", "status": "INVALID_ARGUMENT"}}
+
+
+def add_model_list_route(server: RecordingServer, models: dict[str, list[dict[str, Any]]]) -> None:
+    """Lists the models of :func:`add_model_registry_routes` (pass what it returned), as the
+    service does: each model's ``default`` version, filtered by ``display_name`` and ``labels.KEY``."""
+
+    def list_models(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        text = request.query.get("filter", [""])[0]
+        terms = _filter_terms(text)
+        if terms is None:
+            return _bad_filter(text)
+        found = []
+        for name, versions in models.items():
+            if not name.startswith(match["parent"] + "/"):
+                continue
+            default = next((v for v in versions if "default" in v["versionAliases"]), None)
+            if default is not None and _matches(default, terms):
+                found.append(default)
+        return 200, {"models": found}
+
+    server.route("GET", f"{_LOCATION}/models", list_models)
+
+
+def add_endpoint_routes(server: RecordingServer, models: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, dict[str, Any]]:
+    """Endpoints of Vertex AI Prediction (REST v1): create (a done operation holding the endpoint),
+    list (filtered by ``display_name`` and ``labels.KEY``), get, and deployModel (a done
+    operation). A deployment checks what the service checks: the endpoint exists, the model does
+    (when ``models`` from :func:`add_model_registry_routes` is given; ``MODEL@VERSION`` picks a
+    version), the replica counts, and a traffic split that names only ``"0"`` (the new
+    deployment) and deployed model ids and sums to 100. An empty split gives the first
+    deployment 100 % and leaves the endpoint's split alone otherwise.
+
+    Returns the endpoints by resource name, for tests to seed or inspect."""
+    endpoints: dict[str, dict[str, Any]] = {}
+    endpoint_ids = itertools.count(5001)
+    deployed_ids = itertools.count(7001)
+    operation_ids = itertools.count(1)
+    endpoint = r"/v1/(?P<name>projects/[^/]+/locations/[^/]+/endpoints/[^/:]+)"
+
+    def error(code: int, status: str, message: str) -> Reply:
+        return code, {"error": {"code": code, "message": message, "status": status}}
+
+    def done(name: str, response: dict[str, Any]) -> Reply:
+        return 200, {"name": f"{name}/operations/{next(operation_ids)}", "done": True, "response": response}
+
+    def create(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        name = f"{match['parent']}/endpoints/{request.query.get('endpointId', [str(next(endpoint_ids))])[0]}"
+        if name in endpoints:
+            return error(409, "ALREADY_EXISTS", f"Endpoint {name} already exists")
+        endpoints[name] = {**request.json, "name": name, "deployedModels": [], "trafficSplit": {}}
+        return done(name, {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.Endpoint", **endpoints[name]})
+
+    def list_endpoints(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        text = request.query.get("filter", [""])[0]
+        terms = _filter_terms(text)
+        if terms is None:
+            return _bad_filter(text)
+        found = [e for n, e in endpoints.items() if n.startswith(match["parent"] + "/") and _matches(e, terms)]
+        return 200, {"endpoints": found}
+
+    def get(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        if match["name"] not in endpoints:
+            return error(404, "NOT_FOUND", f"Endpoint {match['name']} not found")
+        return 200, endpoints[match["name"]]
+
+    def deploy(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        item = endpoints.get(match["name"])
+        if item is None:
+            return error(404, "NOT_FOUND", f"Endpoint {match['name']} not found")
+        body = request.json
+        wanted = dict(body["deployedModel"])
+        model, _, version = wanted["model"].partition("@")
+        if models is not None:
+            versions = models.get(model, [])
+            chosen = [
+                v
+                for v in versions
+                if v["versionId"] == version or version in v["versionAliases"] or (not version and "default" in v["versionAliases"])
+            ]
+            if not chosen:
+                return error(404, "NOT_FOUND", f"Model {wanted['model']} not found")
+            version = chosen[0]["versionId"]
+        resources = wanted.get("dedicatedResources", {})
+        low, high = int(resources.get("minReplicaCount", 0)), int(resources.get("maxReplicaCount", 0))
+        if low < 1 or high < low:
+            return error(400, "INVALID_ARGUMENT", f"invalid replica counts: min {low}, max {high}")
+        new_id = str(next(deployed_ids))
+        split = {k: int(v) for k, v in body.get("trafficSplit", {}).items()}
+        known = {d["id"] for d in item["deployedModels"]}
+        if unknown := [k for k in split if k != "0" and k not in known]:
+            return error(400, "INVALID_ARGUMENT", f"traffic split names deployed models {unknown} that the endpoint does not have")
+        if split and sum(split.values()) != 100:
+            return error(400, "INVALID_ARGUMENT", f"traffic split sums to {sum(split.values())}, not 100")
+        deployed = {**wanted, "id": new_id, "model": model, "modelVersionId": version or "1"}
+        item["deployedModels"].append(deployed)
+        if split:
+            item["trafficSplit"] = {(new_id if k == "0" else k): v for k, v in split.items()}
+        elif not known:
+            item["trafficSplit"] = {new_id: 100}
+        return done(
+            match["name"], {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.DeployModelResponse", "deployedModel": deployed}
+        )
+
+    server.route("POST", f"{_LOCATION}/endpoints", create)
+    server.route("GET", f"{_LOCATION}/endpoints", list_endpoints)
+    server.route("GET", endpoint, get)
+    server.route("POST", endpoint + ":deployModel", deploy)
+    return endpoints
+
+
+def add_vector_upsert_routes(server: RecordingServer, index: str) -> list[dict[str, Any]]:
+    """One Vector Search index with streaming updates (``index``: its resource name): get, and
+    upsertDatapoints (each request's datapoints are kept, in order; an empty answer as the
+    service gives). Returns the datapoints received."""
+    received: list[dict[str, Any]] = []
+    name = re.escape(index)
+
+    def upsert(request: RecordedRequest, match: re.Match[str]) -> Reply:
+        received.extend(request.json.get("datapoints", []))
+        return 200, {}
+
+    described = {"name": index, "displayName": "gnnflow-test", "indexUpdateMethod": "STREAM_UPDATE"}
+    server.route("GET", f"/v1/{name}", (200, described))
+    server.route("POST", f"/v1/{name}:upsertDatapoints", upsert)
+    return received
+
+
 # ------------------------------------------------------------------------------------ KFP
 _KFP = "/apis/v2beta1"
 
