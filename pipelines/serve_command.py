@@ -58,7 +58,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--max-instances", type=int, default=DEFAULT_MAX_INSTANCES, help=f"instances per request (default {DEFAULT_MAX_INSTANCES})"
     )
     serve.add_argument("--max-batch", type=int, default=64, help="instances per model call, gathered from concurrent requests (default 64)")
-    serve.add_argument("--max-wait-ms", type=float, default=2.0, help="how long a request waits for others to batch with (default 2 ms)")
+    serve.add_argument(
+        "--max-wait-ms", type=float, default=0.0,
+        help="how long a request may wait for others to batch with (default 0: those that arrive during a predict share the next)",
+    )  # fmt: skip
     serve.add_argument("--cache-dir", help="where gs:// inputs are copied to (default: a temporary folder)")
     serve.add_argument(
         "--graceful-timeout", type=int, default=DEFAULT_GRACEFUL_TIMEOUT_S,

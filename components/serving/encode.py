@@ -1,8 +1,8 @@
 """A new node's raw column values → its feature row, with the transforms preprocess fitted.
 
-The values go through the same code preprocess runs (``tables.transforms.encode_features``) on
-a small Arrow table (one row per new node of the type), so a served row equals the row the
-node would get in the next batch run. Before that, each value is checked and a bad one is an
+The values go through the same code preprocess runs (``tables.transforms.encode_numeric`` on
+one block of a micro-batch's numbers, ``encode_features`` on a small Arrow table of its
+categories), so a served row equals the row the node would get in the next batch run. Before that, each value is checked and a bad one is an
 :class:`InstanceError` naming the instance and ``features.<column>``: a column the model does
 not read, a needed column missing (unless its group fills missing values), a value of the wrong
 kind (a number column takes JSON numbers; a category column takes strings, or integers, read as
@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from components.errors import GnnflowError
 from components.serving.instances import InstanceError
-from components.tables.transforms import FittedFeatures, encode_features
+from components.tables.transforms import FittedFeatures, encode_features, encode_numeric
 
 Kind = Literal["number", "category"]
 
@@ -36,6 +36,10 @@ class FeatureEncoder:
             t: {c: ("number" if g.is_numeric else "category") for g in groups for c in g.columns} for t, groups in self.groups.items()
         }
         self._fills = {t: {c: g.spec.on_missing == "fill" for g in groups for c in g.columns} for t, groups in self.groups.items()}
+        self._numbers = {t: [c for c, kind in columns.items() if kind == "number"] for t, columns in self.columns.items()}
+        self._categories = {t: [c for c, kind in columns.items() if kind == "category"] for t, columns in self.columns.items()}
+        # Each numeric group's columns, as positions in the type's (rows, number columns) block.
+        self._number_at = {t: {c: j for j, c in enumerate(numbers)} for t, numbers in self._numbers.items()}
 
     def _value(self, node_type: str, column: str, value: object, index: int) -> object:
         kind, fills = self.columns[node_type][column], self._fills[node_type][column]
@@ -63,11 +67,15 @@ class FeatureEncoder:
     def check(self, node_type: str, features: Mapping[str, object], index: int) -> dict[str, object]:
         """The checked values of one new node's columns (every column the model reads)."""
         known = self.columns[node_type]
-        for column in features:
-            if column not in known:
-                names = ", ".join(known) if len(known) <= 8 else f"{', '.join(list(known)[:8])}, ... ({len(known)} columns)"
-                reads = f"it reads {names}" if known else f"node type {node_type!r} has no feature columns"
-                raise InstanceError(index, f"features.{column}", f"the model does not read this column ({reads})")
+        if not features.keys() <= known.keys():
+            for column in features:
+                if column not in known:
+                    names = ", ".join(known) if len(known) <= 8 else f"{', '.join(list(known)[:8])}, ... ({len(known)} columns)"
+                    reads = f"it reads {names}" if known else f"node type {node_type!r} has no feature columns"
+                    raise InstanceError(index, f"features.{column}", f"the model does not read this column ({reads})")
+        plain = self._plain(node_type, features)
+        if plain is not None:
+            return plain
         values = {}
         for column in known:
             if column not in features and not self._fills[node_type][column]:
@@ -75,16 +83,42 @@ class FeatureEncoder:
             values[column] = self._value(node_type, column, features.get(column), index)
         return values
 
+    def _plain(self, node_type: str, features: Mapping[str, object]) -> dict[str, object] | None:
+        """The checked values when every column holds an ordinary value (finite numbers, non-empty
+        strings): what :meth:`_value` returns for them, found without its per-cell checks. None:
+        something needs those checks (a missing value, a boolean, an integer category, ...)."""
+        numbers = [features.get(c) for c in self._numbers[node_type]]
+        if not all(type(v) is float or type(v) is int for v in numbers):
+            return None
+        floats = [float(v) for v in numbers]  # type: ignore[arg-type]
+        if not np.isfinite(np.asarray(floats, dtype=np.float64)).all():
+            return None
+        categories = [features.get(c) for c in self._categories[node_type]]
+        if not all(type(v) is str and v for v in categories):
+            return None
+        found = dict(zip(self._numbers[node_type], floats)) | dict(zip(self._categories[node_type], categories))
+        return {c: found[c] for c in self.columns[node_type]}
+
     def encode(self, node_type: str, rows: Sequence[dict[str, object]], indices: Sequence[int]) -> np.ndarray:
-        """(len(rows), feature_dim) float32 of checked rows (see :meth:`check`), instance ``indices[i]`` in row i."""
-        columns = self.columns[node_type]
-        numbers = [c for c, kind in columns.items() if kind == "number"]
-        # One (rows, columns) float64 block, one Arrow array per column over it: far quicker than a list per cell.
+        """(len(rows), feature_dim) float32 of checked rows (see :meth:`check`), instance ``indices[i]`` in row i.
+
+        Numeric groups go straight to ``encode_numeric`` as one (rows, columns) block; category
+        groups through ``encode_features`` on an Arrow table of their columns: both are the code
+        preprocess runs."""
+        numbers, at = self._numbers[node_type], self._number_at[node_type]
         block = np.array([[np.nan if r[c] is None else r[c] for c in numbers] for r in rows], dtype=np.float64).reshape(len(rows), -1)
-        arrays = {c: pa.array(block[:, j]) for j, c in enumerate(numbers)}
-        arrays |= {c: pa.array([r[c] for r in rows], pa.string()) for c, kind in columns.items() if kind == "category"}
-        table = pa.Table.from_arrays([arrays[c] for c in columns], names=list(columns))
+
+        def row_name(i: int) -> str:
+            return f"instance {indices[i]}"
+
+        parts = [np.zeros((len(rows), 0), dtype=np.float32)]
         try:
-            return encode_features(table, self.groups[node_type], lambda i: f"instance {indices[i]}")
+            for group in self.groups[node_type]:
+                if group.is_numeric:
+                    parts.append(encode_numeric(block[:, [at[c] for c in group.columns]], group, row_name))
+                    continue
+                table = pa.Table.from_arrays([pa.array([r[c] for r in rows], pa.string()) for c in group.columns], names=group.columns)
+                parts.append(encode_features(table, [group], row_name))
         except GnnflowError as exc:  # a value only the transform itself refuses
             raise InstanceError(int(indices[0]), "features", str(exc)) from None
+        return np.concatenate(parts, axis=1)

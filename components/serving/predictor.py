@@ -151,8 +151,8 @@ class Predictor:
         which = "is ambiguous" if named else "is not an edge type of the graph"
         raise InstanceError(index, field, f"{edge_type!r} {which} (known: {', '.join(edges)})")
 
-    def _given(self, index: int, node: NewNode, seed: int) -> list[tuple[str, int, int]]:
-        """(stored edge type, seed, neighbour id) of each request edge the new node aggregates along."""
+    def _edge_ends(self, index: int, node: NewNode) -> list[tuple[str, str]]:
+        """(stored edge type, neighbour's node type) of each of a new node's request edges, checked."""
         checked = []
         for j, edge in enumerate(node.edges):
             name = self._edge_name(index, f"edges[{j}].edge_type", edge.edge_type)
@@ -167,13 +167,25 @@ class Predictor:
                     index, f"edges[{j}].edge_type", f"{name} has {own!r} nodes at its {end}, this new node is of type {node.node_type!r}"
                 )
             checked.append((name, other))
-        found = np.zeros(len(checked), dtype=np.int64)
-        for other in {o for _, o in checked}:  # one search per neighbour type
-            at = [j for j, (_, o) in enumerate(checked) if o == other]
-            found[at] = self.store.ids[other].lookup([str(node.edges[j].node_id) for j in at])
+        return checked
+
+    def _neighbours(self, pending: list[tuple[int, NewNode, list[tuple[str, str]]]]) -> list[np.ndarray]:
+        """Partition ids of each pending new node's request edges: one search per neighbour type
+        for the whole micro-batch; an unknown id is the error of the first instance (and edge) with one."""
+        keys = [(p, j, other) for p, (_, _, checked) in enumerate(pending) for j, (_, other) in enumerate(checked)]
+        found = np.zeros(len(keys), dtype=np.int64)
+        for other in {o for _, _, o in keys}:
+            at = [n for n, key in enumerate(keys) if key[2] == other]
+            found[at] = self.store.ids[other].lookup([str(pending[keys[n][0]][1].edges[keys[n][1]].node_id) for n in at])
         if (found < 0).any():
-            j = int(np.flatnonzero(found < 0)[0])
-            raise InstanceError(index, f"edges[{j}].node_id", f"unknown {checked[j][1]!r} node id {node.edges[j].node_id!r}")
+            p, j, other = keys[int(np.flatnonzero(found < 0)[0])]
+            index, node, _ = pending[p]
+            raise InstanceError(index, f"edges[{j}].node_id", f"unknown {other!r} node id {node.edges[j].node_id!r}")
+        bounds = np.cumsum([0] + [len(checked) for _, _, checked in pending])
+        return [found[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+    def _given(self, node: NewNode, checked: list[tuple[str, str]], found: np.ndarray, seed: int) -> list[tuple[str, int, int]]:
+        """(stored edge type, seed, neighbour id) of each request edge the new node aggregates along."""
         out = []
         new = -1 - seed
         for (name, _), edge, neighbour in zip(checked, node.edges, found.tolist()):
@@ -215,22 +227,34 @@ class Predictor:
     def _predict(self, instances: list[Instance], k: int) -> list[Prediction]:
         existing: dict[str, list[tuple[int, int]]] = {}  # type → (instance, id)
         new: dict[str, list[tuple[int, dict]]] = {}  # type → (instance, checked features)
-        given: list[tuple[str, str, int, int]] = []  # (node type, stored edge type, seed, neighbour)
+        pending: list[tuple[int, NewNode, list[tuple[str, str]]]] = []  # (instance, node, its checked edge ends)
+        failure: InstanceError | None = None
         for i, instance in enumerate(instances):
-            node_type = self._node_type(i, instance.node_type)
-            if isinstance(instance, ExistingNode):
-                existing.setdefault(node_type, []).append((i, self._lookup(i, "node_id", node_type, instance.node_id)))
-                continue
-            values: dict = {}
-            if node_type not in self.learnt:
-                if self.features is None:
-                    raise InstanceError(i, "features", "the model carries no transform_state.json: it cannot encode new nodes")
-                values = self.features.check(node_type, instance.features, i)
-            elif instance.features:
-                raise InstanceError(i, f"features.{next(iter(instance.features))}", f"node type {node_type!r} has no feature columns")
-            seed = len(new.setdefault(node_type, []))
-            given += [(node_type, *g) for g in self._given(i, instance, seed)]
-            new[node_type].append((i, values))
+            try:
+                node_type = self._node_type(i, instance.node_type)
+                if isinstance(instance, ExistingNode):
+                    existing.setdefault(node_type, []).append((i, self._lookup(i, "node_id", node_type, instance.node_id)))
+                    continue
+                values: dict = {}
+                if node_type not in self.learnt:
+                    if self.features is None:
+                        raise InstanceError(i, "features", "the model carries no transform_state.json: it cannot encode new nodes")
+                    values = self.features.check(node_type, instance.features, i)
+                elif instance.features:
+                    raise InstanceError(i, f"features.{next(iter(instance.features))}", f"node type {node_type!r} has no feature columns")
+                pending.append((i, instance, self._edge_ends(i, instance)))
+                new.setdefault(node_type, []).append((i, values))
+            except InstanceError as exc:
+                failure = exc  # the first bad instance, unless an earlier one names an unknown neighbour
+                break
+        found = self._neighbours(pending)
+        if failure is not None:
+            raise failure
+        given: list[tuple[str, int, int]] = []  # (stored edge type, seed, neighbour)
+        seeds: dict[str, int] = {}
+        for (_, node, checked), ids in zip(pending, found):
+            seeds[node.node_type] = seed = seeds.get(node.node_type, -1) + 1
+            given += self._given(node, checked, ids, seed)
         z: dict[int, torch.Tensor] = {}
         z.update(self._existing(existing))
         z.update(self._new(new, given))
@@ -246,7 +270,7 @@ class Predictor:
         out = encode_seeds(self.module.encoder, sub, self._inputs({}), self.layers)
         return {i: out[t][int(np.searchsorted(seeds[t], node))] for t, pairs in existing.items() for i, node in pairs}
 
-    def _new(self, new: dict[str, list[tuple[int, dict]]], given: list[tuple[str, str, int, int]]) -> dict[int, torch.Tensor]:
+    def _new(self, new: dict[str, list[tuple[int, dict]]], given: list[tuple[str, int, int]]) -> dict[int, torch.Tensor]:
         if not new:
             return {}
         encoder = self.features
@@ -257,7 +281,7 @@ class Predictor:
         )
         relations = {r.stored: r for r in self.store.relations}
         grouped: dict[str, list[tuple[int, int]]] = {}
-        for _, stored, seed, neighbour in given:
+        for stored, seed, neighbour in given:
             grouped.setdefault(stored, []).append((seed, neighbour))
         edges = [
             GivenEdges(relations[s], np.array([p[0] for p in v]), np.array([p[1] for p in v], dtype=np.int64)) for s, v in grouped.items()

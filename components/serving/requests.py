@@ -122,8 +122,11 @@ def _features(raw: object, columns: Mapping[str, str], index: int, node_type: st
     if not isinstance(raw, dict):
         raise RequestError(f"expected an object of raw column values, got {_kind(raw)}", instance=index, field="features")
     for column, value in raw.items():
+        kind, cls = columns.get(column), type(value)
+        # The common cases first, cheaply (a wide table sends a hundred columns per instance).
+        if (kind == "number" and (cls is int or cls is float) and math.isfinite(value)) or (kind == "category" and cls is str):
+            continue
         field = f"features.{column}"
-        kind = columns.get(column)
         if kind is None:
             known = _listing(sorted(columns))
             raise RequestError(

@@ -196,23 +196,28 @@ class PerFileFitters:
         return [fitter.finish() for fitter in self.total]
 
 
+def encode_numeric(x: np.ndarray, group: FittedFeatures, row_name: RowName) -> np.ndarray:
+    """A numeric group's block: ``x`` (rows, its columns) float64, NaN where missing (changed in place)."""
+    spec = group.spec
+    bad = ~np.isfinite(x)
+    if spec.on_missing == "error":
+        _check_missing(bad, group.columns, row_name, "missing, NaN or infinite value")
+    x[bad] = spec.fill_value
+    if spec.transform == "standardize":
+        x = (x - np.asarray(group.means)) / np.asarray(group.stds)
+    elif spec.transform == "row_normalize":
+        norm = np.abs(x).sum(axis=1, keepdims=True)
+        x = x / np.where(norm > 0, norm, 1.0)
+    return x.astype(np.float32)
+
+
 def encode_features(chunk: pa.Table, groups: Sequence[FittedFeatures], row_name: RowName) -> np.ndarray:
     """Feature matrix of a chunk: (rows, sum of group widths) float32; ``row_name`` names a row in errors."""
     parts = [np.zeros((chunk.num_rows, 0), dtype=np.float32)]
     for group in groups:
         spec = group.spec
         if group.is_numeric:
-            x = _numeric_matrix(chunk, group.columns)
-            bad = ~np.isfinite(x)
-            if spec.on_missing == "error":
-                _check_missing(bad, group.columns, row_name, "missing, NaN or infinite value")
-            x[bad] = spec.fill_value
-            if spec.transform == "standardize":
-                x = (x - np.asarray(group.means)) / np.asarray(group.stds)
-            elif spec.transform == "row_normalize":
-                norm = np.abs(x).sum(axis=1, keepdims=True)
-                x = x / np.where(norm > 0, norm, 1.0)
-            parts.append(x.astype(np.float32))
+            parts.append(encode_numeric(_numeric_matrix(chunk, group.columns), group, row_name))
             continue
         for j, name in enumerate(group.columns):
             values = pd.Series(_strings(chunk, name))
