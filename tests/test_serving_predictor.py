@@ -102,8 +102,10 @@ def test_a_new_copy_of_an_existing_node_embeds_close_to_it(classified):
     assert np.median(seen) > 0.9999 and seen.min() > 0.99
     agree = np.mean([p.label == label for p, label in zip(answers, exact["prediction"])])
     assert agree >= 0.98
-    again = classified["computed"].predict(news[:5])  # the same request, the same answer
-    assert [p.embedding for p in again] == [p.embedding for p in answers[:5]]
+    # The same request, the same neighbours: the same answer, up to the float rounding of another batch size.
+    again = classified["computed"].predict(news[:5])
+    np.testing.assert_allclose([p.embedding for p in again], [p.embedding for p in answers[:5]], rtol=0, atol=1e-5)
+    assert [p.label for p in again] == [p.label for p in answers[:5]]
 
 
 def test_a_batch_mixing_existing_and_new_nodes_answers_in_order(classified):
