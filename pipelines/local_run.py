@@ -332,8 +332,9 @@ def summary(result: RunResult) -> str:
     """What a user reads at the end of a run: where each output went and the final metrics."""
     o = result.outputs
     lines = [f"run root: {o.root}" + ("" if o.trained else " (inference-only)")]
+    made_by = {"register": "register", "embeddings": "infer", "report": "report", "export": "export"}  # output → its step
     for name in ("preprocessed", "tfrecords", "partitions", "model", "register", "embeddings", "report", "export"):
-        if name in ("preprocessed", "tfrecords", "partitions", "model") or name in result.ran + result.skipped:
+        if name not in made_by or made_by[name] in result.ran + result.skipped:
             lines.append(f"  {name:<12} {getattr(o, name)}")
     if result.skipped:
         lines.append(f"skipped (up to date): {', '.join(result.skipped)}")

@@ -106,6 +106,8 @@ def test_register_gate_and_inference_only_run(tables, first_run, capsys):
     assert gnnflow(["run", "--config", str(tables["fresh_config"]), "--output", str(fresh), "--from-model", reference]) == 0
     out = capsys.readouterr().out
     assert "(inference-only)" in out
+    assert f"  embeddings   {fresh / 'embeddings'}" in out and f"  model        {registry / 'versions' / 'v1' / 'model'}" in out
+    assert "  register" not in out  # an inference-only run registers nothing
     assert set(json.loads((fresh / STATE_FILE).read_text())["steps"]) == {"preprocess", "serialize", "partition", "infer", "report"}
     assert not (fresh / "model").exists()
     preprocessed = storage.open_published(fresh / "preprocessed")

@@ -51,6 +51,7 @@ def classified(one_sided_validation, one_sided_model: Path, tmp_path_factory) ->
     cache = str(root / "cache")
     tables = Path(raw["graph"]["nodes"][0]["uri"]).parent
     return {
+        "exact_uri": str(root / "exact"),
         "exact": read_shards(exact, "paper"),
         "stored": Predictor.load(str(one_sided_model), str(partitions), str(root / "exact"), cache_dir=cache),
         "computed": Predictor.load(str(one_sided_model), str(partitions), cache_dir=cache),
@@ -106,6 +107,22 @@ def test_a_new_copy_of_an_existing_node_embeds_close_to_it(classified):
     again = classified["computed"].predict(news[:5])
     np.testing.assert_allclose([p.embedding for p in again], [p.embedding for p in answers[:5]], rtol=0, atol=1e-5)
     assert [p.label for p in again] == [p.label for p in answers[:5]]
+
+
+def test_a_predictor_loads_from_gs_as_vertex_gives_it(classified, one_sided_validation, one_sided_model, gcs_bucket, tmp_path):
+    """On Vertex AI the model (AIP_STORAGE_URI), partitions and embeddings are gs:// URIs: each file
+    is copied into the cache once, checked against its manifest, and answers as the local load does."""
+    _, partitions, _ = one_sided_validation
+    bucket = f"gs://{gcs_bucket}"
+    for local, name in ((one_sided_model, "model"), (partitions, "partitions"), (classified["exact_uri"], "embeddings")):
+        assert storage.copy_tree(str(local), f"{bucket}/{name}") > 0
+    remote = Predictor.load(f"{bucket}/model", f"{bucket}/partitions", f"{bucket}/embeddings", cache_dir=str(tmp_path / "cache"))
+    assert any((tmp_path / "cache").rglob("*.safetensors"))  # the gs:// files were copied there
+    ids = classified["exact"]["node_id"].tolist()[:20]
+    instances = [ExistingNode("paper", i) for i in ids] + [copy_of(classified["nodes"], classified["edges"], i) for i in ids[:5]]
+    here, there = classified["stored"].predict(instances), remote.predict(instances)
+    np.testing.assert_allclose([p.embedding for p in there], [p.embedding for p in here], rtol=0, atol=1e-6)
+    assert [p.label for p in there] == [p.label for p in here]
 
 
 def test_a_batch_mixing_existing_and_new_nodes_answers_in_order(classified):
