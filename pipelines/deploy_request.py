@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from components.errors import GnnflowError
+from components.services.endpoints import endpoint_url, vertex_endpoint
 from pipelines.vertex_machines import GPU_FAMILIES
 
 DEFAULT_ENDPOINT = "gnnflow"
@@ -91,12 +92,12 @@ class DeployRequest:
     @property
     def api_url(self) -> str:
         """The Vertex AI API's base URL that requests go to."""
-        endpoint = self.api_endpoint or f"{self.region}-aiplatform.googleapis.com"
-        return endpoint if "://" in endpoint else f"https://{endpoint}"
+        return endpoint_url(self.client_endpoint)
 
     @property
-    def plain_http(self) -> bool:
-        return self.api_url.startswith("http://")
+    def client_endpoint(self) -> str:
+        """What the clients are given: ``--api-endpoint``, or the region's Vertex AI host."""
+        return vertex_endpoint(self.region, self.api_endpoint)
 
     @property
     def parent(self) -> str:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from components.errors import GnnflowError
 from components.services import deadline
+from components.services.endpoints import credentials_for
 from pipelines.deploy_request import HEALTH_ROUTE, NEW, PORT, PREDICT_ROUTE, DeployRequest
 from pipelines.run_request import api_message
 
@@ -231,16 +232,6 @@ class VertexPrediction:
                 ) from exc
             raise
 
-    def _credentials(self) -> Any:
-        if self.request.plain_http:
-            from google.auth.credentials import AnonymousCredentials
-
-            return AnonymousCredentials()
-        return None
-
-    def _options(self) -> dict[str, str]:
-        return {"api_endpoint": self.request.api_endpoint or f"{self.request.region}-aiplatform.googleapis.com"}
-
     def _model_client(self) -> Any:
         if self._models is None:
             from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
@@ -259,6 +250,7 @@ class VertexPrediction:
         from google.auth import exceptions as auth_exceptions
 
         try:
-            return kind(credentials=self._credentials(), transport="rest", client_options=self._options())
+            endpoint = self.request.client_endpoint
+            return kind(credentials=credentials_for(endpoint), transport="rest", client_options={"api_endpoint": endpoint})
         except auth_exceptions.DefaultCredentialsError as exc:
             raise GnnflowError(f"gnnflow deploy: no Google Cloud credentials for {SERVICE_NAME} ({deadline.first_line(exc)})") from exc

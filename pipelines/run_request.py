@@ -35,6 +35,7 @@ from components.config import EdgeTableSpec, GnnflowConfig, NodeTableSpec, load_
 from components.config.preflight import PlannedRun
 from components.errors import GnnflowError
 from components.registry.open import resolve_model_reference
+from components.services.endpoints import vertex_endpoint
 from components.storage import gcs as gcs_backend
 from components.tables.reading import tables_fingerprint
 from pipelines.preflight import check_before_run
@@ -77,11 +78,7 @@ class VertexTarget:
 
     @property
     def endpoint(self) -> str:
-        return self.api_endpoint or f"{self.region}-aiplatform.googleapis.com"
-
-    @property
-    def plain_http(self) -> bool:
-        return self.endpoint.startswith("http://")
+        return vertex_endpoint(self.region, self.api_endpoint)
 
 
 @dataclass(frozen=True)

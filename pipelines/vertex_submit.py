@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from components.errors import GnnflowError
 from components.services import deadline
+from components.services.endpoints import credentials_for
 from pipelines.platform_spec import pipeline_spec_only
 from pipelines.run_request import PreparedRun, RunRequest, SubmissionError, SubmittedRun, VertexTarget, api_message, is_retryable
 
@@ -66,11 +67,7 @@ def init_vertex(target: VertexTarget) -> None:
 
 def vertex_credentials(target: VertexTarget) -> Any:
     """Anonymous credentials for a plain-HTTP endpoint; None (application default) otherwise."""
-    if target.plain_http:
-        from google.auth.credentials import AnonymousCredentials
-
-        return AnonymousCredentials()
-    return None
+    return credentials_for(target.endpoint)
 
 
 def vertex_pipeline_job(

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from components.errors import GnnflowError
 from components.registry.base import VERTEX_SCHEME
 from components.services import deadline
+from components.services.endpoints import credentials_for, endpoint_url, is_plain_http, vertex_endpoint
 
 ENDPOINT_VARIABLE = "GNNFLOW_VERTEX_ENDPOINT"
 SERVICE_NAME = "Vertex AI Model Registry"
@@ -65,16 +66,15 @@ class VertexModelUri:
     @property
     def api_endpoint(self) -> str:
         """What the client is given: the region's host, or ``GNNFLOW_VERTEX_ENDPOINT``."""
-        return os.environ.get(ENDPOINT_VARIABLE, "").strip() or f"{self.region}-aiplatform.googleapis.com"
+        return vertex_endpoint(self.region, os.environ.get(ENDPOINT_VARIABLE, "").strip())
 
     @property
     def endpoint_url(self) -> str:
-        endpoint = self.api_endpoint
-        return endpoint if "://" in endpoint else f"https://{endpoint}"
+        return endpoint_url(self.api_endpoint)
 
     @property
     def plain_http(self) -> bool:
-        return self.api_endpoint.startswith("http://")
+        return is_plain_http(self.api_endpoint)
 
     @property
     def service(self) -> deadline.Service:
@@ -93,22 +93,15 @@ def parse_vertex_uri(uri: str) -> VertexModelUri:
     return VertexModelUri(match["project"], match["region"], match["name"])
 
 
-def credentials(target: VertexModelUri) -> Any:
-    """Anonymous credentials for a plain-HTTP endpoint; None (application default) otherwise."""
-    if target.plain_http:
-        from google.auth.credentials import AnonymousCredentials
-
-        return AnonymousCredentials()
-    return None
-
-
 def model_client(target: VertexModelUri) -> Any:
     """The SDK's generated Model service client, over REST."""
     from google.auth import exceptions as auth_exceptions
     from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
 
     try:
-        return ModelServiceClient(credentials=credentials(target), transport="rest", client_options={"api_endpoint": target.api_endpoint})
+        return ModelServiceClient(
+            credentials=credentials_for(target.api_endpoint), transport="rest", client_options={"api_endpoint": target.api_endpoint}
+        )
     except auth_exceptions.DefaultCredentialsError as exc:
         raise GnnflowError(f"{target.uri}: no Google Cloud credentials for {SERVICE_NAME} ({deadline.first_line(exc)})") from exc
 
@@ -120,7 +113,7 @@ def init_sdk(target: VertexModelUri) -> None:
     aiplatform.init(
         project=target.project,
         location=target.region,
-        credentials=credentials(target),
+        credentials=credentials_for(target.api_endpoint),
         api_endpoint=target.api_endpoint,
         api_transport="rest",
     )

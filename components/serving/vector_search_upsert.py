@@ -22,6 +22,7 @@ from typing import Any
 
 from components.errors import GnnflowError
 from components.services import deadline
+from components.services.endpoints import credentials_for, endpoint_url, vertex_endpoint
 
 log = logging.getLogger("gnnflow.serving")
 
@@ -46,8 +47,8 @@ def upsert_embeddings(index: str, datapoints: Sequence[Datapoint], *, api_endpoi
     points = _checked(index, datapoints)
     if not points:
         return 0
-    endpoint = api_endpoint or f"{match['region']}-aiplatform.googleapis.com"
-    service = deadline.Service(SERVICE_NAME, endpoint if "://" in endpoint else f"https://{endpoint}")
+    endpoint = vertex_endpoint(match["region"], api_endpoint)
+    service = deadline.Service(SERVICE_NAME, endpoint_url(endpoint))
     target = _open_index(index, match["project"], match["region"], endpoint)
     for start in range(0, len(points), MAX_POINTS_PER_REQUEST):
         chunk = points[start : start + MAX_POINTS_PER_REQUEST]
@@ -91,13 +92,8 @@ def _open_index(index: str, project: str, region: str, endpoint: str) -> Any:
     """The SDK's index object (it reads the index once), over REST."""
     from google.cloud import aiplatform
 
-    credentials = None
-    if endpoint.startswith("http://"):
-        from google.auth.credentials import AnonymousCredentials
-
-        credentials = AnonymousCredentials()
-    aiplatform.init(project=project, location=region, credentials=credentials, api_endpoint=endpoint, api_transport="rest")
-    service = deadline.Service(SERVICE_NAME, endpoint if "://" in endpoint else f"https://{endpoint}")
+    aiplatform.init(project=project, location=region, credentials=credentials_for(endpoint), api_endpoint=endpoint, api_transport="rest")
+    service = deadline.Service(SERVICE_NAME, endpoint_url(endpoint))
     return _bounded(service, f"Vector Search index {index}", lambda: aiplatform.MatchingEngineIndex(index_name=index))
 
 

@@ -23,6 +23,7 @@ from components import storage
 from components.config import GnnflowConfig
 from components.errors import GnnflowError
 from components.services import deadline
+from components.services.endpoints import credentials_for
 from pipelines.tune.records import TrialRecord, TuneResult, best_trial
 from pipelines.tune.results import publish
 from pipelines.tune.space import Param, SearchSpace, decode, encode
@@ -61,12 +62,7 @@ def fetch_trials(gcp_resources: str) -> tuple[str, list[dict[str, Any]]]:
     from google.cloud.aiplatform_v1 import HyperparameterTuningJob, JobServiceClient
 
     endpoint, name = _job_name(gcp_resources)
-    credentials = None
-    if endpoint.startswith("http://"):  # a local endpoint (tests): no Google credentials to send
-        from google.auth.credentials import AnonymousCredentials
-
-        credentials = AnonymousCredentials()
-    client = JobServiceClient(credentials=credentials, transport="rest", client_options={"api_endpoint": endpoint})
+    client = JobServiceClient(credentials=credentials_for(endpoint), transport="rest", client_options={"api_endpoint": endpoint})
     service = deadline.Service("Vertex AI", endpoint)
     job = deadline.call(service, f"reading {name}", lambda: client.get_hyperparameter_tuning_job(name=name))
     as_dict = HyperparameterTuningJob.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True)
