@@ -249,7 +249,6 @@ class NodeChunk:
     id_map: pa.Table  # node_id, original_id
     split_codes: np.ndarray  # (rows,) int8
     labelled_split_codes: np.ndarray  # (labelled rows,) int8: the split codes of the rows with a label
-    unseen_categories: dict[str, int]  # one-hot column → values outside the fitted vocabulary
 
 
 def encode_node_chunk(
@@ -288,7 +287,7 @@ def encode_node_chunk(
     columns["split"] = pa.array(codes)
     id_map = pa.table({"node_id": pa.array(node_ids), "original_id": chunk.table.column(spec.id_column).combine_chunks()})
     labelled = codes[label != NO_LABEL] if label is not None else codes[:0]
-    return NodeChunk(pa.table(columns), id_map, codes, labelled, count_unseen_categories(chunk.table, features))
+    return NodeChunk(pa.table(columns), id_map, codes, labelled)
 
 
 def count_splits(codes: np.ndarray, sizes: dict[str, int]) -> None:
@@ -355,8 +354,8 @@ def write_nodes(
             count_splits(encoded.labelled_split_codes, labelled)
             writer.write(f"nodes/{spec.type}", encoded.nodes)
             writer.write(f"id_maps/{spec.type}", encoded.id_map)
-            if fit.reused and unseen is not None:
-                unseen.update({f"{spec.type}.{column}": n for column, n in encoded.unseen_categories.items()})
+            if fit.reused and unseen is not None:  # a fitting run saw every value: only reused transforms meet new ones
+                unseen.update({f"{spec.type}.{column}": n for column, n in count_unseen_categories(chunk.table, fit.features).items()})
             file_rows.append(chunk.table.num_rows)
             next_id += chunk.table.num_rows
             bar.update(chunk.table.num_rows)
