@@ -2,7 +2,7 @@
 for 2 and 4 workers: wall seconds, rows/s and peak RSS per worker.
 
     .venv/bin/python benchmarks/scale_probe.py [--nodes 250000 1000000 4000000] [--workers 2 4]
-        [--methods hash label_propagation] [--out DIR]
+        [--methods hash label_propagation] [--feature-storage int8] [--out DIR [--reuse]]
 
 The graph: ``generate_demo_graph`` with average degree 10 (edges = 5 x nodes), 10 classes, 74
 features, 8 gzipped CSV files per table. Its split column labels 5% of the nodes for training
@@ -16,6 +16,10 @@ Peak RSS is sampled every 0.2 s for every worker process the step's launcher sta
 worker alone and with its own children (loader subprocesses, GLT's sampling processes);
 reported as the largest over workers. ``remote`` is the fraction of sampled nodes whose
 features came from another partition during the epoch (from the train log).
+
+``--feature-storage`` sets ``graph.nodes[].feature_storage`` (its outputs get the storage as a
+suffix); ``--reuse`` keeps what an earlier run left in ``--out``: the tables and their config,
+and the preprocess and serialize outputs of the same storage (their rows then say "reused").
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import pathlib
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -88,7 +93,7 @@ def run_step(command: list[str], log_file: pathlib.Path | None = None) -> dict:
                 with_children[worker.pid] = max(with_children.get(worker.pid, 0), own + below)
                 total += own + below
             tree = max(tree, total)
-        except (psutil.Error, OSError):
+        except (psutil.Error, OSError, KeyError):  # KeyError: an exiting process has no Rss lines left
             pass
         time.sleep(0.2)
     if process.returncode:
@@ -104,6 +109,28 @@ def run_step(command: list[str], log_file: pathlib.Path | None = None) -> dict:
             "worker_tree_gib": max(with_children.values(), default=0) / gib, "tree_gib": tree / gib}
 
 
+def _tables(folder: pathlib.Path, count: int, reuse: bool) -> tuple[dict, int]:
+    """(raw config, edges) of the probe's graph of ``count`` nodes under ``folder``: written now,
+    or with ``reuse`` as an earlier run left them (its config in ``tables/config.yaml``)."""
+    saved = folder / "tables" / "config.yaml"
+    if reuse and saved.exists():
+        raw = yaml.safe_load(saved.read_text())
+        return raw, raw.pop("probe_edges")
+    if reuse and (folder / "config.yaml").exists():  # left by a probe before --reuse: the edges from its serialize output
+        graph = json.loads(next((folder / "tfr").glob("gen-*/graph_metadata.json")).read_text())
+        return yaml.safe_load((folder / "config.yaml").read_text()), next(iter(graph["edge_types"].values()))["count"]
+    nodes, edges, num_edges = write_tables(folder / "tables", count, 8)
+    config = propose_config(str(nodes / "part-000.csv.gz"), str(edges / "part-000.csv.gz"), id_column="node_id",
+                            src_column="src", dst_column="dst", label_column="label", output_root=str(folder / "run"))
+    add_split(nodes)  # after proposing: the split column is no feature
+    raw = config.model_dump(mode="json")
+    raw["graph"]["nodes"][0]["uri"], raw["graph"]["edges"][0]["uri"] = str(nodes), str(edges)
+    raw["graph"]["nodes"][0]["split_column"] = "split"
+    raw["training"].update({"epochs": 1, "batch_size": 1024, "eval_batch_size": 4096, "fan_outs": [10, 5]})
+    saved.write_text(yaml.safe_dump({**raw, "probe_edges": num_edges}))
+    return raw, num_edges
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, nargs="+", default=[250_000])
@@ -112,7 +139,10 @@ def main() -> None:
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--cache-ratios", type=float, nargs="+", default=[],
                         help="train once per training.feature_cache_ratio (default: once, with the config's)")
+    parser.add_argument("--feature-storage", help="graph.nodes[].feature_storage (default: the config's)")
     parser.add_argument("--out", help="work folder (default: a temporary folder, deleted at the end)")
+    parser.add_argument("--reuse", action="store_true", help="reuse the tables, preprocess and serialize outputs found in --out")
+    parser.add_argument("--reuse-partitions", action="store_true", help="with --reuse: the partitions too (train only)")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
           f"{time.strftime('%Y-%m-%d')}")
@@ -123,14 +153,11 @@ def main() -> None:
         work = pathlib.Path(args.out or scratch)
         for count in args.nodes:
             folder = work / f"n{count}"
-            nodes, edges, num_edges = write_tables(folder / "tables", count, 8)
-            config = propose_config(str(nodes / "part-000.csv.gz"), str(edges / "part-000.csv.gz"), id_column="node_id",
-                                    src_column="src", dst_column="dst", label_column="label", output_root=str(folder / "run"))
-            add_split(nodes)  # after proposing: the split column is no feature
-            raw = config.model_dump(mode="json")
-            raw["graph"]["nodes"][0]["uri"], raw["graph"]["edges"][0]["uri"] = str(nodes), str(edges)
-            raw["graph"]["nodes"][0]["split_column"] = "split"
-            raw["training"].update({"epochs": 1, "batch_size": 1024, "eval_batch_size": 4096, "fan_outs": [10, 5]})
+            raw, num_edges = _tables(folder, count, args.reuse)
+            if args.feature_storage:
+                raw["graph"]["nodes"][0]["feature_storage"] = args.feature_storage
+            suffix = f"-{args.feature_storage}" if args.feature_storage else ""
+            pre, tfr = folder / f"pre{suffix}", folder / f"tfr{suffix}"
             rows = count + num_edges
 
             def report(step: str, workers: int, method: str, measured: dict, extra: str = "| | |") -> None:
@@ -141,19 +168,25 @@ def main() -> None:
 
             path = folder / "config.yaml"
             path.write_text(yaml.safe_dump(raw))
-            report("preprocess", 1, "local", run_step(["components.preprocess", "--config", str(path), "--output", str(folder / "pre")]))
-            report("serialize", 1, "local", run_step(["components.serialize", "--config", str(path), "--input", str(folder / "pre"),
-                                                      "--output", str(folder / "tfr")]))
+            if args.reuse and (tfr / "manifest.json").exists():
+                print(f"| {count:,} | preprocess, serialize | | reused {pre.name}, {tfr.name} | | | | | | | | |", flush=True)
+            else:
+                report("preprocess", 1, "local", run_step(["components.preprocess", "--config", str(path), "--output", str(pre)]))
+                report("serialize", 1, "local", run_step(["components.serialize", "--config", str(path), "--input", str(pre),
+                                                          "--output", str(tfr)]))
             for method in args.methods:
                 for workers in args.workers:
                     raw["partition"]["method"] = method
                     raw["resources"]["world_size"] = workers
                     path.write_text(yaml.safe_dump(raw))
-                    parts = folder / f"parts-{method}-{workers}"
-                    measured = run_step(["components.partition", "--config", str(path), "--input", str(folder / "tfr"),
-                                         "--output", str(parts), "--world-size", str(workers)])
-                    cut = json.loads((next(parts.glob("gen-*/partition_metadata.json"))).read_text())["edge_cut"]
-                    report("partition", workers, method, measured, f"| {next(iter(cut.values())):.3f} | |")
+                    parts = folder / f"parts-{method}-{workers}{suffix}"
+                    if args.reuse and args.reuse_partitions and (parts / "manifest.json").exists():
+                        print(f"| {count:,} | partition | {workers} | reused {parts.name} | | | | | | | | |", flush=True)
+                    else:
+                        measured = run_step(["components.partition", "--config", str(path), "--input", str(tfr),
+                                             "--output", str(parts), "--world-size", str(workers)])
+                        cut = json.loads((next(parts.glob("gen-*/partition_metadata.json"))).read_text())["edge_cut"]
+                        report("partition", workers, method, measured, f"| {next(iter(cut.values())):.3f} | |")
                     if args.skip_train:
                         continue
                     for ratio in args.cache_ratios or [None]:
@@ -161,9 +194,11 @@ def main() -> None:
                             raw["training"]["feature_cache_ratio"] = ratio
                             path.write_text(yaml.safe_dump(raw))
                         label = method if ratio is None else f"{method}, cache {ratio:g}"
-                        log = folder / f"train-{method}-{workers}-{ratio}.log"
+                        log = folder / f"train-{method}-{workers}-{ratio}{suffix}.log"
+                        model = folder / f"model-{method}-{workers}-{ratio}{suffix}"
+                        shutil.rmtree(model, ignore_errors=True)  # an earlier run's checkpoint would be resumed: no epoch
                         measured = run_step(["components.train", "--config", str(path), "--input", str(parts),
-                                             "--output", str(folder / f"model-{method}-{workers}-{ratio}"), "--world-size", str(workers)], log)
+                                             "--output", str(model), "--world-size", str(workers)], log)
                         text = log.read_text()
                         epoch = re.findall(r"epoch 1/1: .*? in ([\d.]+)s", text)
                         remote = re.findall(r"remote ([\d.]+)%", text)

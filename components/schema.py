@@ -29,6 +29,9 @@ class NodeTypeSchema:
     files: list[str]
     id_map_files: list[str] = field(default_factory=list)
     file_rows: list[int] = field(default_factory=list)  # records per file, when known
+    # How partitions store the feature rows (components.feature_storage); older schemas: float32.
+    feature_storage: str = "float32"
+    feature_quantization: dict[str, list[float]] | None = None  # int8: {"scale": [...], "zero_point": [...]}
 
     @property
     def feature_dim(self) -> int:
@@ -54,6 +57,8 @@ class EdgeTypeSchema:
     dropped_unknown_endpoints: int = 0
     file_rows: list[int] = field(default_factory=list)  # records per file, when known
     role: str = "message"  # message (carries messages), positive_label or negative_label (supervision only)
+    feature_storage: str = "float32"  # as for node types
+    feature_quantization: dict[str, list[float]] | None = None
 
     @property
     def name(self) -> str:

@@ -1,5 +1,5 @@
 """The ``gnnflow`` command: ``init-config``, ``step NAME ...``, ``run``, ``compile``, ``submit``, ``schedule``,
-``local-job``, ``tune``, ``vector-index``, ``models``, ``serve`` and ``deploy``."""
+``local-job``, ``tune``, ``vector-index``, ``models``, ``serve``, ``deploy`` and ``plan``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from components.errors import GnnflowError
 from components.runtime.entrypoint import run_cli
 from pipelines import compile as compile_command
 from pipelines import deploy as deploy_command
-from pipelines import init_config, models_command, serve_command
+from pipelines import init_config, models_command, plan_command, serve_command
 from pipelines import schedule as schedule_command
 from pipelines import submit as submit_command
 from pipelines import vector_index as vector_index_command
@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     models_command.add_models_parser(commands)
     serve_command.add_parser(commands)
     deploy_command.add_parser(commands)
+    plan_command.add_parser(commands)
     return parser
 
 

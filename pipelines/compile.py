@@ -34,6 +34,10 @@ def _compile(args: argparse.Namespace) -> None:
         return
     image = args.image or DEFAULT_IMAGE
     resources = load_resources(args.config) if args.config else None
+    if args.config:
+        from pipelines.sizing_report import check_compile_machines
+
+        check_compile_machines(args.config)  # prints the sizing; refuses a machine type too small
     registry = load_registry(args.config) if args.config else None
     exports = load_exports(args.config) if args.config else False
     compile_pipeline(args.output, image, resources, export=exports, registry=registry, from_model=args.from_model)

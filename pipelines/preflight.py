@@ -23,6 +23,10 @@ STEP_CHECKS: dict[str, Callable[[PlannedRun], None]] = {
 
 
 def check_before_run(run: PlannedRun) -> None:
-    """Raises the first step's refusal (a GnnflowError naming the key, table or dataset)."""
+    """Raises the first step's refusal (a GnnflowError naming the key, table or dataset); then
+    logs what each multi-worker step needs and refuses a machine type that cannot hold it."""
     for before_run in STEP_CHECKS.values():
         before_run(run)
+    from pipelines.sizing_report import check_run_machines  # torch: the sizing model reuses the workers' shm arithmetic
+
+    check_run_machines(run)

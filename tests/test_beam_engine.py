@@ -154,9 +154,22 @@ def write_sharded_graph(folder: pathlib.Path, seed: int = 0) -> dict:
 
 
 def test_sharded_heterogeneous_graph_same_outputs(tmp_path):
-    config = GnnflowConfig.model_validate(write_sharded_graph(tmp_path / "tables"))
+    raw = write_sharded_graph(tmp_path / "tables")
+    # Rows written in their stored type (serialize encodes them): the engines agree on those bytes too.
+    for entry, storage_type in zip([*raw["graph"]["nodes"], raw["graph"]["edges"][0]], ["int8", "bfloat16", "float16"]):
+        entry["feature_storage"] = storage_type
+    config = GnnflowConfig.model_validate(raw)
     ser_local, ser_beam = run_both(config, str(tmp_path / "out"))
     schema = ser_beam.read_json("graph_metadata.json")
+    layouts = schema["record_format"]
+    assert [layouts[k][t].get("features_encoding") for k in ("node_types", "edge_types") for t in layouts[k]] == ["stored_bytes"] * 3 + [
+        None
+    ]
+    assert layouts["edge_types"]["user__follows__user"] == {
+        "int64": {"edge_id": 1, "src": 1, "dst": 1},
+        "float": {},
+        "constant": {"split": -1},
+    }
     clicked = schema["edge_types"]["user__clicked__item"]
     assert clicked["dropped_unknown_endpoints"] == 4 and clicked["count"] == 2800
     assert sum(clicked["split_sizes"].values()) == 2800 and clicked["split_sizes"]["train"] > 1500

@@ -8,9 +8,11 @@ from typing import Any
 
 import torch
 
+from components import storage
 from components.gnn.device import CPU_PLACEMENT, Placement
 from components.gnn.feature_cache import WholeTable
-from components.partition.output import StoredPartition, range_ends
+from components.gnn.glt_topology import glt_graphs
+from components.partition.output import PartitionMetadata, StoredPartition, range_ends, read_metadata, read_partition
 from components.schema import SPLIT_CODES, stored_edge_types
 
 
@@ -36,6 +38,26 @@ def node_splits(part: StoredPartition) -> NodeSplits:
     return NodeSplits(pick(SPLIT_CODES["train"]), pick(SPLIT_CODES["val"]), pick(SPLIT_CODES["test"]))
 
 
+GLT_GRAPHS = "glt_graphs"  # a partition's ``built`` entry: (placement, GLT graph per edge type)
+
+
+def read_for_worker(
+    partitions: storage.PublishedOutput, index: int, *, sampled: bool, placement: Placement = CPU_PLACEMENT
+) -> StoredPartition:
+    """Partition ``index`` as a train or infer worker needs it. A sampled node-classification
+    worker reads only what its GLT dataset keeps, straight into shared memory, and builds GLT's
+    graphs (for ``placement``) from the edges before it reads the node tables (see
+    :func:`~.glt_topology.glt_graphs`); link prediction also needs the edges' ends and splits
+    for its labels, full-graph work the whole edge list."""
+    if not sampled or read_metadata(partitions).schema.task_type == "link_prediction":
+        return read_partition(partitions, index)
+
+    def build(metadata: PartitionMetadata, edges: dict[str, dict[str, torch.Tensor]]) -> dict[str, Any]:
+        return {GLT_GRAPHS: (placement, glt_graphs(metadata, index, edges, placement))}
+
+    return read_partition(partitions, index, for_sampling=True, after_edges=build)
+
+
 def to_dist_dataset(
     part: StoredPartition,
     *,
@@ -53,6 +75,7 @@ def to_dist_dataset(
     GPU and pinned host memory. Labels stay CPU tensors either way. ``edge_filter`` keeps only
     the masked edges of a type (e.g. the training edges for link prediction). ``whole``: node types
     whose whole tables this worker holds (``feature_cache``), answered locally by the feature book.
+    The adjacency is the graphs :func:`read_for_worker` built while reading, where it did.
     """
     import graphlearn_torch as glt  # imported here: GLT loads CUDA-linked libraries
 
@@ -62,12 +85,12 @@ def to_dist_dataset(
     hetero = meta.schema.is_heterogeneous
 
     messages = stored_edge_types(meta.schema)  # label edge tables carry no messages: not in GLT's graph
-    edge_index, edge_ids = {}, {}
-    for name in messages:
-        tensors = part.edges[name]
-        keep = edge_filter.get(name) if edge_filter else None
-        edge_index[edge_type_tuple(name)] = tensors["edge_index"] if keep is None else tensors["edge_index"][:, keep]
-        edge_ids[edge_type_tuple(name)] = tensors["edge_id"] if keep is None else tensors["edge_id"][keep]
+    edge_dir = "out" if meta.edge_assignment == "src" else "in"
+    built = part.built.get(GLT_GRAPHS)
+    if built is not None and built[0] == placement and not edge_filter:
+        graphs = built[1]
+    else:
+        graphs = glt_graphs(meta, part.index, part.edges, placement, edge_filter)
     node_pb = {t: RangeBook(range_ends(c), part.index) for t, c in meta.node_counts.items()}
     # Only edge features are looked up by edge id across partitions: types without them get no book.
     edge_pb = {
@@ -95,10 +118,11 @@ def to_dist_dataset(
         partition_idx=part.index,
         node_pb=plain(node_pb),
         edge_pb=(plain(edge_pb) if edge_pb else None),  # no edge features, no edge book (GLT accepts None)
-        edge_dir="out" if meta.edge_assignment == "src" else "in",
+        edge_dir=edge_dir,
         node_feat_pb=plain(feature_pb) if whole else None,  # None: GLT uses node_pb
     )
-    dataset.init_graph(edge_index=plain(edge_index), edge_ids=plain(edge_ids), layout="COO", directed=True, **placement.glt_graph_args())
+    dataset.init_graph(edge_index=None, directed=True)  # GLT's flag only: the graphs are built (glt_graphs)
+    dataset.graph = plain(graphs)
     if any(f.shape[1] for f in features.values()):
         dataset.init_node_features(node_feature_data=plain(features), id2idx=plain(id2idx), **placement.glt_feature_args())
         # Learnt embedding rows (a featureless type's features, components/gnn/learnt_embeddings.py)
@@ -109,7 +133,8 @@ def to_dist_dataset(
         label_ids = {t: id2idx[t] for t in labels}
         dataset.init_node_labels(node_label_data=plain(labels), id2idx=plain(label_ids))
     if edge_pb:
-        edge_features = {edge_type_tuple(t): part.edges[t]["features"].to(torch.float32) for t in messages if edge_type_tuple(t) in edge_pb}
+        # In their stored type (feature_storage), as node features: the model decodes a batch's rows.
+        edge_features = {edge_type_tuple(t): part.edges[t]["features"] for t in messages if edge_type_tuple(t) in edge_pb}
         edge_id2idx = {e: edge_pb[e].id2index for e in edge_pb}
         dataset.init_edge_features(edge_feature_data=plain(edge_features), id2idx=plain(edge_id2idx), **placement.glt_feature_args())
         dataset.edge_features = _on_host_where_empty(dataset.edge_features, edge_features, edge_id2idx, placement)

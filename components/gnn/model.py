@@ -18,6 +18,7 @@ from torch_geometric.nn.models import GCN, MLP, GraphSAGE
 
 from components.config import ModelSpec
 from components.errors import GnnflowError
+from components.feature_storage.codec import FLOAT32, FeatureCodec
 from components.gnn.hop_trimming import (
     LayerSlice,
     TypedLayerSlice,
@@ -28,6 +29,25 @@ from components.gnn.hop_trimming import (
 )
 
 EdgeType = tuple[str, str, str]
+
+
+def set_feature_codecs(encoder: nn.Module, nodes: dict[str, FeatureCodec], edges: dict[EdgeType, FeatureCodec]) -> None:
+    """Tells ``encoder`` how batches store each node type's and edge type's feature rows
+    (``feature_storage``): it decodes them to float32 before its first layer. Not weights: no
+    state dict changes, and a model without them reads float32 rows."""
+    # Plain attributes (nn.Module.__setattr__ keeps non-tensor values as they are).
+    object.__setattr__(encoder, "feature_codecs", dict(nodes))
+    object.__setattr__(encoder, "edge_codecs", dict(edges))
+
+
+def decoded_features(encoder: nn.Module, node_type: str, x: torch.Tensor) -> torch.Tensor:
+    """(n, d) rows of ``node_type`` as a batch carries them → (n, d) float32 (see :func:`set_feature_codecs`)."""
+    return getattr(encoder, "feature_codecs", {}).get(node_type, FLOAT32).decode(x)
+
+
+def decoded_edge_features(encoder: nn.Module, edge_type: EdgeType, attr: torch.Tensor) -> torch.Tensor:
+    """(e, d_e) edge rows of a batch's ``edge_type`` → (e, d_e) float32."""
+    return getattr(encoder, "edge_codecs", {}).get(edge_type, FLOAT32).decode(attr)
 
 
 @dataclass(frozen=True)
@@ -55,9 +75,10 @@ class HomogeneousSAGE(GraphSAGE):
 
     def encode_batch(self, batch) -> dict[str, torch.Tensor]:
         slices = layer_slices(batch, self.num_layers)
+        x = decoded_features(self, self.node_type, batch.x)
         if slices is None:
-            return {self.node_type: self(batch.x, batch.edge_index)}
-        return {self.node_type: self.forward_trimmed(batch.x, batch.edge_index, slices)}
+            return {self.node_type: self(x, batch.edge_index)}
+        return {self.node_type: self.forward_trimmed(x, batch.edge_index, slices)}
 
     def forward_trimmed(self, x: torch.Tensor, edge_index: torch.Tensor, slices: list[LayerSlice]) -> torch.Tensor:
         """(n, in_dim) features of a batch listed hop by hop, its (2, e) edges → (seeds, hidden):
@@ -81,7 +102,7 @@ class HomogeneousGCN(GCN):
         self.node_type = node_type
 
     def encode_batch(self, batch) -> dict[str, torch.Tensor]:
-        return {self.node_type: self(batch.x, batch.edge_index)}
+        return {self.node_type: self(decoded_features(self, self.node_type, batch.x), batch.edge_index)}
 
 
 def _convolution(spec: ModelSpec, edge_dim: int) -> MessagePassing:
@@ -176,13 +197,15 @@ class HeteroEncoder(nn.Module):
         layers = len(self.convs)
         if hasattr(batch, "node_types"):
             stores = {t: batch[t] for t in batch.node_types if "node" in batch[t]}
-            x = {t: s.x.to(torch.float32) for t, s in stores.items() if "x" in s and t in reads_x}
-            edge_attr = {e: batch[e].edge_attr.to(torch.float32) for e in batch.edge_types if batch[e].get("edge_attr") is not None}
+            x = {t: decoded_features(self, t, s.x) for t, s in stores.items() if "x" in s and t in reads_x}
+            edge_attr = {
+                e: decoded_edge_features(self, e, batch[e].edge_attr) for e in batch.edge_types if batch[e].get("edge_attr") is not None
+            }
             nodes = {t: s.node for t, s in stores.items()}
             return self(x, batch.edge_index_dict, nodes, edge_attr, typed_layer_slices(batch, layers))
         (node_type,), (edge_type,) = self.node_types, self.edge_types
-        x = {node_type: batch.x.to(torch.float32)} if node_type in reads_x else {}
-        attr = {edge_type: batch.edge_attr.to(torch.float32)} if batch.get("edge_attr") is not None else None
+        x = {node_type: decoded_features(self, node_type, batch.x)} if node_type in reads_x else {}
+        attr = {edge_type: decoded_edge_features(self, edge_type, batch.edge_attr)} if batch.get("edge_attr") is not None else None
         slices = layer_slices(batch, layers)
         typed = typed_from_homogeneous(slices, node_type, edge_type) if slices is not None else None
         return self(x, {edge_type: batch.edge_index}, {node_type: batch.node}, attr, typed)

@@ -18,20 +18,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from components import storage
 from components.config import GnnflowConfig
 from components.errors import GnnflowError
+from components.feature_storage.codec import codec_of
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import PartitionMetadata, read_metadata
 from components.runtime.launcher import WorkerContext
 from components.runtime.shm_budget import SHM_PATH, ShmItem, ShmNeed, check_room, overhead
-from components.schema import GraphSchema, stored_edge_types
+from components.schema import EdgeTypeSchema, GraphSchema, stored_edge_types
 
 CHANNEL_BYTES = 256 * 2**20  # one loader's sampling channel (GLT's default size)
 _MiB = 2**20
-_INT64, _FLOAT32 = 8, 4  # GLT converts ids to int64 and features to float32
+_INT64, _FLOAT32 = 8, 4  # GLT converts ids to int64; features stay in their stored type (feature_storage)
 
 
 @dataclass(frozen=True)
@@ -45,14 +46,18 @@ class WorkerShape:
     edges: dict[str, tuple[list[int], int, str]]
     label_edge_counts: dict[str, list[int]]  # supervision-only edge tables (link prediction seeds)
     heterogeneous: bool
+    # Bytes of one stored feature value (feature_storage) per node type / stored edge type; absent: float32.
+    feature_bytes: dict[str, int] = field(default_factory=dict)
+    edge_feature_bytes: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def of(metadata: PartitionMetadata) -> WorkerShape:
         schema = metadata.schema
         compressed = 0 if metadata.edge_assignment == "src" else 2  # CSR by source ("out"), CSC by destination
-        edges = {}
+        edges, edge_bytes = {}, {}
         for name, ends in stored_edge_types(schema).items():
             edges[name] = (metadata.edge_counts[name], _edge_feature_dim(schema, name), ends[compressed])
+            edge_bytes[name] = codec_of(_forward_edge(schema, name)).value_bytes
         return WorkerShape(
             node_counts=metadata.node_counts,
             feature_dims={t: n.feature_dim for t, n in schema.node_types.items()},
@@ -60,6 +65,8 @@ class WorkerShape:
             edges=edges,
             label_edge_counts={t: c for t, c in metadata.edge_counts.items() if t not in edges},
             heterogeneous=schema.is_heterogeneous,
+            feature_bytes={t: codec_of(n).value_bytes for t, n in schema.node_types.items()},
+            edge_feature_bytes=edge_bytes,
         )
 
 
@@ -91,18 +98,19 @@ def sampled_worker_need(
         copied = whole_table_types(shape, rank, feature_cache_ratio)
         for node_type, counts in shape.node_counts.items():
             own, width = counts[rank], shape.feature_dims[node_type]
+            value = shape.feature_bytes.get(node_type, _FLOAT32)
             if node_type in copied:
-                whole += sum(counts) * (width * _FLOAT32 + (_INT64 if node_type in shape.labeled else 0))
+                whole += sum(counts) * (width * value + (_INT64 if node_type in shape.labeled else 0))
             elif width:
-                features += own * width * _FLOAT32
+                features += own * width * value
             else:
                 learnt += own * learnt_width * _FLOAT32
             if multiprocess:  # labels (or placeholders), split ids, seeds and their shuffled order
                 labels = own * _INT64 if node_type not in copied and (node_type in shape.labeled or shape.heterogeneous) else 0
                 mp_extra += labels + 3 * own * _INT64
-        for counts, width, compressed in shape.edges.values():
+        for name, (counts, width, compressed) in shape.edges.items():
             adjacency += 2 * counts[rank] * _INT64 + (sum(shape.node_counts[compressed]) + 1) * _INT64
-            edge_features += counts[rank] * width * _FLOAT32
+            edge_features += counts[rank] * width * shape.edge_feature_bytes.get(name, _FLOAT32)
             if multiprocess:  # link prediction seeds: source, destination, label, shuffled order
                 mp_extra += 4 * counts[rank] * _INT64
         if multiprocess:
@@ -180,10 +188,15 @@ def check_channels(loaders: int, local_world_size: int, sysv_table: str = "/proc
 
 def _edge_feature_dim(schema: GraphSchema, stored: str) -> int:
     """Feature width of a stored edge type (a reverse type has its forward type's)."""
+    return _forward_edge(schema, stored).feature_dim
+
+
+def _forward_edge(schema: GraphSchema, stored: str) -> EdgeTypeSchema:
+    """The schema edge type whose rows a stored edge type holds (a reverse type: its forward type's)."""
     if stored in schema.edge_types:
-        return schema.edge_types[stored].feature_dim
+        return schema.edge_types[stored]
     dst, relation, src = stored.split("__")
-    return schema.edge_types[f"{src}__{relation.removeprefix('rev_')}__{dst}"].feature_dim
+    return schema.edge_types[f"{src}__{relation.removeprefix('rev_')}__{dst}"]
 
 
 def _sysv_limit(table: str) -> int | None:

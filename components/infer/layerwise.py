@@ -22,6 +22,7 @@ from components.errors import GnnflowError
 from components.gnn.full_graph import encoder as full_graph
 from components.gnn.full_graph.graph import aggregation_edges, partition_graph
 from components.gnn.full_graph.plan import DEFAULT_BLOCK_ROWS
+from components.gnn.model import decoded_features
 from components.infer.outputs import NodeOutputs, class_probabilities
 from components.infer.restore import RestoredModel
 from components.partition.output import StoredPartition
@@ -86,7 +87,7 @@ def exact_outputs(
     start = time.perf_counter()
     graph = partition_graph(part, world_size, gcn=full_graph.uses_gcn(encoder), block_rows=block_rows, edge_keep=edge_keep)
     nodes = part.nodes[node_type]
-    h = full_graph.encode(encoder, graph, nodes["features"].to(torch.float32))  # eval mode: dropout is off
+    h = full_graph.encode(encoder, graph, decoded_features(encoder, node_type, nodes["features"]))  # eval mode: dropout is off
     seconds = time.perf_counter() - start
     plan = graph.plan
     log.info(

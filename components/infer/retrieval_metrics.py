@@ -33,7 +33,7 @@ def retrieval_metrics(
     rank: int,
     test_pairs: torch.Tensor,
     node_counts: dict[str, list[int]],
-    originals: dict[str, np.ndarray],
+    originals: dict[str, pa.Array],
     src_type: str,
     dst_type: str,
     k: int,
@@ -48,10 +48,10 @@ def retrieval_metrics(
         moved["dst"],
         range_owner(moved["dst"], dst_ends),
         world_size,
-        lambda asked: pa.array(originals[dst_type][(asked - dst_offset).numpy()], pa.string()),
+        lambda asked: originals[dst_type].take(pa.array((asked - dst_offset).numpy())),
     )
     src_offset = int(src_ends[rank - 1]) if rank else 0
-    src_originals = originals[src_type][(moved["src"] - src_offset).numpy()].astype(str)
+    src_originals = originals[src_type].take(pa.array((moved["src"] - src_offset).numpy())).to_numpy(zero_copy_only=False).astype(str)
     table = read_shard(staging, f"{CANDIDATES_DIR}/part-{rank:05d}.parquet", ["node_id", "candidate_id", "rank"]).to_pandas()
     ranks = candidate_ranks(table, src_originals, np.asarray(dst_originals.to_pylist(), dtype=object))
     found = ranks > 0

@@ -23,19 +23,23 @@ from components.errors import GnnflowError
 from components.infer.output import EMBEDDINGS_FOLDER
 from components.infer.outputs import NodeOutputs
 
+COMPRESSION = "zstd"
+
 
 def shard_path(node_type: str, rank: int) -> str:
     return f"{EMBEDDINGS_FOLDER}/{node_type}/part-{rank:05d}.parquet"
 
 
-def shard_table(originals: np.ndarray, out: NodeOutputs, vocabulary: list[str] | None, cold: np.ndarray | None = None) -> pa.Table:
-    """The Parquet table of one shard; ``originals``: (n,) original ids of ``out.node_ids``;
-    ``cold``: (n,) bool, which of them are cold (None: no such column)."""
+def shard_table(
+    originals: np.ndarray | pa.Array, out: NodeOutputs, vocabulary: list[str] | None, cold: np.ndarray | None = None
+) -> pa.Table:
+    """The Parquet table of one shard (or of consecutive rows of one); ``originals``: (n,) original
+    ids of ``out.node_ids``; ``cold``: (n,) bool, which of them are cold (None: no such column)."""
     n, hidden = out.embeddings.shape
     flat = pa.array(out.embeddings.to(torch.float32).numpy().reshape(-1), pa.float32())
     offsets = pa.array(np.arange(0, (n + 1) * hidden, hidden, dtype=np.int32) if hidden else np.zeros(n + 1, np.int32))
     columns: dict[str, pa.Array] = {
-        "node_id": pa.array(originals, pa.string()),
+        "node_id": originals.cast(pa.string()) if isinstance(originals, pa.Array) else pa.array(originals, pa.string()),
         "embedding": pa.ListArray.from_arrays(offsets, flat),
     }
     if out.probabilities is not None and vocabulary is not None:
@@ -50,7 +54,7 @@ def shard_table(originals: np.ndarray, out: NodeOutputs, vocabulary: list[str] |
 def write_shard(staging: storage.OutputStaging, node_type: str, rank: int, table: pa.Table) -> str:
     path = shard_path(node_type, rank)
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd")
+    pq.write_table(table, buffer, compression=COMPRESSION)
     staging.write_bytes(path, buffer.getvalue())
     return path
 

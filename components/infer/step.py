@@ -14,13 +14,10 @@ Output layout and names: :mod:`.output`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow as pa
 import torch
 import torch.distributed as dist
 
@@ -34,17 +31,19 @@ from components.gnn.shared_memory import check_at_worker_start
 from components.infer import shards
 from components.infer.cold_start import check_bundle, install_learnt_inputs, trained_elsewhere
 from components.infer.layerwise import check_encoder, exact_outputs
-from components.infer.link_eval import link_metrics, own_embeddings
+from components.infer.link_eval import link_metrics
+from components.infer.link_eval import own_embeddings as served_embeddings
 from components.infer.metrics import shard_confusion
 from components.infer.output import METRICS_FILE, MODES, STEP
 from components.infer.outputs import NodeOutputs
+from components.infer.readback import own_embeddings, own_nodes, read_own
 from components.infer.restore import RestoredModel, model_config, restore_model
-from components.infer.retrieval import OwnNodes, write_retrieval
+from components.infer.retrieval import write_retrieval
 from components.infer.retrieval_metrics import retrieval_metrics
 from components.infer.schema_fit import check_model_fits
-from components.infer.shards import embedding_matrix
+from components.infer.sinks import OutputSinks, original_id_column
 from components.partition.output import STEP as PARTITION_STEP
-from components.partition.output import StoredPartition, read_metadata, read_original_ids, read_partition
+from components.partition.output import StoredPartition, read_metadata
 from components.runtime import watchdog
 from components.runtime.allocator import reuse_freed_memory
 from components.runtime.launcher import WorkerContext, launch_staged
@@ -79,8 +78,14 @@ def message_edges(part: StoredPartition, world_size: int) -> dict[str, torch.Ten
 
 
 def _sampled(
-    ctx: WorkerContext, job: InferJob, part: StoredPartition, model: RestoredModel, placement: Placement, threads: ThreadPlan
-) -> dict[str, NodeOutputs]:
+    ctx: WorkerContext,
+    job: InferJob,
+    part: StoredPartition,
+    model: RestoredModel,
+    placement: Placement,
+    threads: ThreadPlan,
+    sinks: OutputSinks,
+) -> dict[str, int]:
     import graphlearn_torch as glt
 
     from components.gnn.feature_cache import fetch_whole_tables
@@ -94,32 +99,42 @@ def _sampled(
     whole = fetch_whole_tables(part, job.config.training.feature_cache_ratio, ctx.rank, ctx.world_size, ctx.local_world_size)
     dataset = to_dist_dataset(part, edge_filter=message_edges(part, ctx.world_size), placement=placement, whole=whole)
     setup = SamplingSetup.of(ctx, job.config, part.metadata.schema, edge_dir, placement, threads.sampling_workers)
-    outputs = sampled_outputs(setup, dataset, part, model, job.config.training.eval_batch_size)
+    counts = sampled_outputs(setup, dataset, part, model, job.config.training.eval_batch_size, sinks)
     glt.distributed.barrier()  # peers may still sample from this partition
     glt.distributed.shutdown_rpc()
-    return outputs
+    return counts
 
 
-def _check_complete(outputs: dict[str, NodeOutputs], part: StoredPartition) -> None:
-    for node_type, nodes in part.nodes.items():
-        if not torch.equal(outputs[node_type].node_ids, nodes["node_id"]):
-            raise RuntimeError(f"partition {part.index}: inference did not cover each of its {node_type!r} nodes exactly once")
-
-
-def _read_back(staging: storage.OutputStaging, rank: int, node_type: str, columns: list[str], own_originals: np.ndarray):
-    """This worker's shard of ``node_type`` read back, and its rows' positions among the worker's nodes."""
-    path = shards.shard_path(node_type, rank)
-    table = shards.read_shard(staging, path, columns=columns)
-    if table.num_rows != len(own_originals):
-        raise GnnflowError(f"{staging.uri(path)} holds {table.num_rows} rows, the worker owns {len(own_originals)} nodes")
-    return table, torch.from_numpy(shards.rows_of(own_originals, table.column("node_id"), str(staging.uri(path))))
+def _exact(
+    ctx: WorkerContext, part: StoredPartition, model: RestoredModel, placement: Placement, config: GnnflowConfig, sinks: OutputSinks
+) -> dict[str, int]:
+    """Exact mode computes the whole partition's outputs at once (the full-graph machinery holds
+    every node's rows of each layer anyway), then writes them through the same streams."""
+    keep = message_edges(part, ctx.world_size)
+    outputs = exact_outputs(
+        part,
+        model,
+        ctx.rank,
+        keep[part.metadata.schema.target] if keep else None,
+        device=placement.device,
+        block_rows=config.training.full_graph_block_rows,
+    )
+    counts = {}
+    for node_type, out in outputs.items():
+        if model.task_type == "link_prediction":  # in the decoder's space: their inner product is the dot score
+            with torch.no_grad():
+                out = NodeOutputs(out.node_ids, model.module.cpu().embed(out.embeddings), out.probabilities)
+        with sinks.open(node_type) as sink:
+            sink.add(out)
+        counts[node_type] = len(out.node_ids)
+    return counts
 
 
 def _classification_metrics(staging: storage.OutputStaging, part: StoredPartition, originals: dict, rank: int) -> dict[str, float]:
     """Every worker reads its own target shard back; the confusion matrices are summed."""
     schema = part.metadata.schema
     target, nodes = schema.target, part.nodes[schema.target]
-    table, rows = _read_back(staging, rank, target, ["node_id", "prediction"], originals[target])
+    table, rows = read_own(staging, rank, target, ["prediction"], originals[target])
     vocabulary = schema.node_types[target].label_vocabulary or []
     confusion = shard_confusion(table, rows, nodes["label"], nodes["split"], vocabulary, str(staging.uri(shards.shard_path(target, rank))))
     metrics = classification_metrics(all_sum(confusion))
@@ -135,12 +150,9 @@ def _link_metrics(
     edge = schema.edge_types[schema.target]
     embeddings = {}
     for node_type in dict.fromkeys([edge.src_type, edge.dst_type]):
-        table, rows = _read_back(staging, ctx.rank, node_type, ["node_id", "embedding"], originals[node_type])
-        z = embedding_matrix(table)
-        own = torch.empty_like(z)
-        own[rows] = z
+        own = own_embeddings(staging, ctx.rank, node_type, originals[node_type])
         nodes = part.nodes[node_type]
-        embeddings[node_type] = own_embeddings(
+        embeddings[node_type] = served_embeddings(
             own, part.metadata.node_counts[node_type], part.index, nodes["source_id"], nodes["node_id"], ctx.world_size
         )
     positives, edge_ids = positive_pairs(part, "test")
@@ -159,27 +171,22 @@ def _link_metrics(
 def _retrieval(
     staging: storage.OutputStaging,
     part: StoredPartition,
-    outputs: dict[str, NodeOutputs],
     originals: dict,
     ctx: WorkerContext,
     config: GnnflowConfig,
     threads: ThreadPlan,
 ) -> dict:
-    """Writes this worker's candidates and index shard, then scores them from the files (collective)."""
+    """Writes this worker's candidates and index shard from its embedding shards read back, then
+    scores them from the files (collective)."""
     schema = part.metadata.schema
     edge = schema.edge_types[schema.target]
-
-    def own(node_type: str) -> OwnNodes:
-        out = outputs[node_type]
-        return OwnNodes(
-            out.node_ids, out.embeddings, pa.array(originals[node_type][(out.node_ids - part.node_offset(node_type)).numpy()], pa.string())
-        )
-
+    sources = own_nodes(staging, part, edge.src_type, originals[edge.src_type])
+    targets = sources if edge.dst_type == edge.src_type else own_nodes(staging, part, edge.dst_type, originals[edge.dst_type])
     figures = write_retrieval(
         staging,
         ctx.rank,
-        own(edge.src_type),
-        own(edge.dst_type),
+        sources,
+        targets,
         part.metadata.node_counts[edge.dst_type],
         config.retrieval,
         edge.src_type == edge.dst_type,
@@ -197,21 +204,6 @@ def _retrieval(
         figures["retrieval_k"],
         ctx.world_size,
     )
-
-
-def _write_shards(
-    staging: storage.OutputStaging, part: StoredPartition, outputs: dict[str, NodeOutputs], originals: dict, rank: int, cold: dict | None
-) -> None:
-    """One shard per node type; with ``cold`` (type → flags of the partition's nodes, featureless
-    types only), a ``cold`` column on every shard."""
-    schema = part.metadata.schema
-    for node_type, out in outputs.items():
-        node = schema.node_types[node_type]
-        vocabulary = node.label_vocabulary if schema.task_type == "node_classification" and node_type == schema.target else None
-        rows = (out.node_ids - part.node_offset(node_type)).numpy()
-        flags = None if cold is None else cold[node_type].numpy()[rows] if node_type in cold else np.zeros(len(rows), dtype=bool)
-        table = shards.shard_table(originals[node_type][rows], out, vocabulary, flags)
-        shards.write_shard(staging, node_type, rank, table)
 
 
 def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
@@ -235,7 +227,9 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     staging = storage.OutputStaging(storage.parse_uri(job.output), STEP, generation=generation[0])
     watchdog.mark("loading")
     partitions = storage.open_published(job.partitions, step=PARTITION_STEP)
-    part = read_partition(partitions, ctx.rank)
+    from components.gnn.glt_dataset import read_for_worker
+
+    part = read_for_worker(partitions, ctx.rank, sampled=job.mode == "sampled", placement=placement)
     schema = part.metadata.schema
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     published_model = storage.open_published(job.model, step=TRAIN_STEP)
@@ -244,34 +238,23 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     cold = install_learnt_inputs(published_model, model, part, partitions, elsewhere)  # featureless types: which nodes are new
     if job.config.resources.reuse_freed_memory:
         reuse_freed_memory()
+    originals = {t: original_id_column(partitions, ctx.rank, t) for t in schema.node_types}  # this partition's only
+    # Each node type's shard is written while it is embedded, and checked to hold every node once.
+    sinks = OutputSinks(staging, part, originals, cold)
     start = time.perf_counter()
     model.module.to(placement.device)
     if job.mode == "exact":
-        keep = message_edges(part, ctx.world_size)
-        outputs = exact_outputs(
-            part,
-            model,
-            ctx.rank,
-            keep[schema.target] if keep else None,
-            device=placement.device,
-            block_rows=job.config.training.full_graph_block_rows,
-        )
+        counts = _exact(ctx, part, model, placement, job.config, sinks)
     else:
-        outputs = _sampled(ctx, job, part, model, placement, threads)
-    model.module.cpu()  # the outputs are on the host; the link metrics below score host embeddings
-    if schema.task_type == "link_prediction":  # written in the decoder's space: their inner product is the dot score
-        with torch.no_grad():
-            outputs = {t: dataclasses.replace(o, embeddings=model.module.embed(o.embeddings)) for t, o in outputs.items()}
-    seconds = time.perf_counter() - start
-    _check_complete(outputs, part)
+        counts = _sampled(ctx, job, part, model, placement, threads, sinks)
+    model.module.cpu()  # the link metrics below score host embeddings
+    seconds = time.perf_counter() - start  # embedding and writing
     watchdog.mark("writing")
-    originals = {t: read_original_ids(partitions, ctx.rank, t) for t in schema.node_types}  # this partition's only
-    _write_shards(staging, part, outputs, originals, ctx.rank, cold)
-    retrieval = _retrieval(staging, part, outputs, originals, ctx, job.config, threads) if job.config.retrieval_on else {}
+    retrieval = _retrieval(staging, part, originals, ctx, job.config, threads) if job.config.retrieval_on else {}
     # After this every shard is written: rank 0 may read any of them.
     gathered: list = [None] * ctx.world_size
     cold_counts = {t: int(flags.sum()) for t, flags in cold.items()} if cold is not None else None
-    dist.all_gather_object(gathered, (staging.entries, {t: len(o.node_ids) for t, o in outputs.items()}, seconds, cold_counts))
+    dist.all_gather_object(gathered, (staging.entries, counts, seconds, cold_counts))
     if schema.task_type == "node_classification":
         metrics = _classification_metrics(staging, part, originals, ctx.rank)
     else:

@@ -16,7 +16,7 @@ import queue as queue_module
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -24,7 +24,9 @@ import torch.multiprocessing as torch_mp
 
 from components import storage
 from components.errors import GnnflowError
+from components.feature_storage.codec import FLOAT32, FeatureCodec, codec_of, log_clipped
 from components.schema import GraphSchema
+from components.serialize.output import STORED_BYTES
 
 log = logging.getLogger("gnnflow.partition")
 
@@ -45,11 +47,16 @@ class EntityLoad:
     int64_keys: dict[str, int]
     float_keys: dict[str, int]
     size: int = 0  # bytes of its shards
+    codec: FeatureCodec = FLOAT32  # how its feature rows are stored
+    # True: the records hold the rows already stored (serialize encoded them: read as they are);
+    # False (float32 records, older outputs): each shard's rows are encoded as it is decoded.
+    stored_bytes: bool = False
+    constants: dict[str, int] = field(default_factory=dict)  # int keys the records leave out, with their value
 
 
 @dataclass
 class LoadedGraph:
-    """One worker's share of the graph, as int64 / float32 / int8 tensors keyed by record key.
+    """One worker's share of the graph, as int64 / int8 tensors and features in their stored type, keyed by record key.
 
     nodes[type]: node_id (n,), features (n, d), label (n,) if labeled, split (n,)
     edges[type]: edge_id (e,), src (e,), dst (e,), features (e, d_e), split (e,)
@@ -74,29 +81,56 @@ def assign_shards(files: Sequence[str], sizes: Sequence[int], rank: int, world_s
     return [files[i] for i in sorted(owned[rank])]
 
 
+# Stored bytes → numpy dtype of the stored values (little-endian as written; bfloat16 as its raw bits).
+_STORED_NUMPY = {"float32": "<f4", "float16": "<f2", "bfloat16": "<u2", "int8": "i1"}
+
+
+def _stored_rows(raw: np.ndarray, rows: int, width: int, codec: FeatureCodec) -> torch.Tensor:
+    """(rows, width * value bytes) uint8 of stored rows → (rows, width) tensor of the codec's dtype."""
+    values = raw.reshape(rows, -1).view(_STORED_NUMPY[codec.storage])
+    rows_tensor = torch.from_numpy(values.astype(values.dtype.newbyteorder("="), copy=False))
+    return (rows_tensor.view(torch.bfloat16) if codec.storage == "bfloat16" else rows_tensor).reshape(rows, width)
+
+
 def read_entity(job: EntityLoad) -> dict[str, torch.Tensor]:
     """Reads and decodes the shards of one entity (runs in the child)."""
     from components.tfrecord import decode_tfrecord_file  # noqa: PLC0415 - this function is the one place it is used
 
     root = storage.parse_uri(job.root)
-    parts: list[dict[str, np.ndarray]] = []
+    parts: list[dict[str, torch.Tensor]] = []
+    clipped = 0
+    float_keys = {} if job.stored_bytes else job.float_keys
+    bytes_keys = {k: w * job.codec.value_bytes for k, w in job.float_keys.items()} if job.stored_bytes else {}
     for rel, expected in zip(job.files, job.expected, strict=True):
         # The whole shard at once: its records decode as numpy views of these bytes. The check
         # against the manifest covers every byte, so the per-record crcs need no second pass.
         data = storage.read_verified(root.join(rel), expected)
-        part = decode_tfrecord_file(data, job.int64_keys, job.float_keys, source=str(root.join(rel)), verify_crc=False)
-        del data
-        if len(next(iter(part.values()), ())):
+        source = str(root.join(rel))
+        decoded = decode_tfrecord_file(data, job.int64_keys, float_keys, bytes_keys=bytes_keys, source=source, verify_crc=False)
+        rows = len(next(iter(decoded.values()), ()))
+        part = {k: torch.from_numpy(v) for k, v in decoded.items() if k not in job.float_keys}
+        for key, width in job.float_keys.items():
+            if job.stored_bytes:  # serialize encoded (and counted clipped values): the rows as they are
+                part[key] = _stored_rows(decoded[key], rows, width, job.codec)
+                continue
+            # Stored form right away: only this shard's float32 rows are ever held.
+            part[key], lost = job.codec.encode(torch.from_numpy(decoded[key]).reshape(rows, width))
+            clipped += lost
+        del data, decoded
+        if rows:
             parts.append(part)
+    log_clipped(clipped, f"{job.kind} type '{job.name}' ({len(job.files)} shard(s))")
     keys = [*job.int64_keys, *job.float_keys]
     if not parts:
-        empty = {k: np.zeros((0,) if w == 1 else (0, w), np.int64) for k, w in job.int64_keys.items()}
-        empty |= {k: np.zeros((0, w), np.float32) for k, w in job.float_keys.items()}
+        empty = {k: torch.zeros((0,) if w == 1 else (0, w), dtype=torch.int64) for k, w in job.int64_keys.items()}
+        empty |= {k: torch.zeros((0, w), dtype=job.codec.dtype) for k, w in job.float_keys.items()}
         parts = [empty]
-    out = {k: torch.from_numpy(np.concatenate([p[k] for p in parts])) for k in keys}
-    rows = len(next(iter(out.values())))
-    for key, width in job.float_keys.items():
-        out[key] = out[key].reshape(rows, width)
+    out = {k: torch.cat([p[k] for p in parts]) for k in keys}  # copies: a part may be a view of its shard's bytes
+    n = sum(len(p[keys[0]]) for p in parts) if keys else 0
+    # split straight as the int8 it becomes: an int64 column first would be 8 bytes a row of transient memory
+    out |= {k: torch.full((n,), v, dtype=torch.int8 if k == "split" else torch.int64) for k, v in job.constants.items()}
+    if "features" not in out:  # records without features (an edge type with none): no column to read
+        out["features"] = torch.zeros((n, 0), dtype=job.codec.dtype)
     if "split" in out:
         out["split"] = out["split"].to(torch.int8)
     return out
@@ -179,7 +213,21 @@ def load_graph(
         spec = metadata.record_format[f"{kind}_types"][name]
         files = assign_shards(all_files, [sizes[f] for f in all_files], rank, world_size)
         expected = tuple(serialized.expected(f) for f in files)
-        return EntityLoad(kind, name, root, tuple(files), expected, spec["int64"], spec["float"], sum(sizes[f] for f in files))
+        entity = metadata.node_types[name] if kind == "node" else metadata.edge_types[name]
+        codec = codec_of(entity, f"graph_metadata.json, {kind} type {name!r}")
+        return EntityLoad(
+            kind,
+            name,
+            root,
+            tuple(files),
+            expected,
+            spec["int64"],
+            spec["float"],
+            sum(sizes[f] for f in files),
+            codec,
+            stored_bytes=spec.get("features_encoding") == STORED_BYTES,
+            constants=dict(spec.get("constant", {})),
+        )
 
     jobs = [job("edge", name, edge.files) for name, edge in metadata.edge_types.items()]
     jobs += [job("node", name, node.files) for name, node in metadata.node_types.items()]

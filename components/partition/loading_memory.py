@@ -2,8 +2,8 @@
 
 Each entity read in a subprocess (:mod:`.loading`) comes back to its worker as shared-memory
 tensors (``/dev/shm``), which the worker holds until the graph is partitioned: its whole share of
-those entities' records, decoded (ids and labels as int64, features as float32, the split as
-int8). :func:`loading_need` is that arithmetic, pure, for the workers of one machine;
+those entities' records, decoded (ids and labels as int64, features in their stored type, the
+split as int8). :func:`loading_need` is that arithmetic, pure, for the workers of one machine;
 :func:`check_loading_memory` compares it with ``/dev/shm``'s free space at the worker's start.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
+from components.feature_storage.codec import codec_of
 from components.partition.loading import assign_shards
 from components.runtime.shm_budget import SHM_PATH, ShmItem, ShmNeed, check_room, overhead
 from components.schema import GraphSchema
@@ -19,10 +20,12 @@ from components.schema import GraphSchema
 _INT64, _FLOAT32, _INT8 = 8, 4, 1
 
 
-def record_bytes(layout: Mapping[str, Mapping[str, int]]) -> int:
-    """Bytes of one decoded record of a ``record_format`` entry ({"int64": {key: width}, "float": {...}})."""
-    ints = sum(width * (_INT8 if key == "split" else _INT64) for key, width in layout.get("int64", {}).items())
-    return ints + sum(width * _FLOAT32 for width in layout.get("float", {}).values())
+def record_bytes(layout: Mapping[str, Mapping[str, int]], value_bytes: int = _FLOAT32) -> int:
+    """Bytes of one decoded record of a ``record_format`` entry ({"int64": {key: width}, "float": {...}}),
+    its features held as ``value_bytes`` each (the type's ``feature_storage``: loading encodes them)."""
+    widths = {**layout.get("int64", {}), **dict.fromkeys(layout.get("constant", {}), 1)}  # constants: filled in on loading
+    ints = sum(width * (_INT8 if key == "split" else _INT64) for key, width in widths.items())
+    return ints + sum(width * value_bytes for width in layout.get("float", {}).values())
 
 
 def worker_rows(files: list[str], file_rows: list[int], count: int, sizes: Mapping[str, int], rank: int, world_size: int) -> int:
@@ -43,15 +46,15 @@ def loading_need(
     once loaded (``sizes``: bytes of each shard, from the serialize manifest)."""
     ranks = list(ranks)
     nodes = edges = 0
-    entities = [("node", n.name, n.files, n.file_rows, n.count) for n in metadata.node_types.values()]
-    entities += [("edge", e.name, e.files, e.file_rows, e.count) for e in metadata.edge_types.values()]
+    entities = [("node", n.name, n.files, n.file_rows, n.count, codec_of(n).value_bytes) for n in metadata.node_types.values()]
+    entities += [("edge", e.name, e.files, e.file_rows, e.count, codec_of(e).value_bytes) for e in metadata.edge_types.values()]
     for rank in ranks:
-        for kind, name, files, file_rows, count in entities:
+        for kind, name, files, file_rows, count, value_bytes in entities:
             mine = assign_shards(files, [sizes[f] for f in files], rank, world_size)
             if sum(sizes[f] for f in mine) < subprocess_min_bytes:  # read in the worker itself: private memory
                 continue
             layout = metadata.record_format[f"{kind}_types"][name]
-            held = worker_rows(files, file_rows, count, sizes, rank, world_size) * record_bytes(layout)
+            held = worker_rows(files, file_rows, count, sizes, rank, world_size) * record_bytes(layout, value_bytes)
             if kind == "node":
                 nodes += held
             else:

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from components import storage
 from components.partition.books import IdDirectory, hash_owner, range_ends, range_offset, range_owner
-from components.partition.store import METADATA_FILE, PartitionMetadata, StoredPartition, read_metadata, read_original_ids, read_partition
+from components.partition.store import (
+    METADATA_FILE,
+    PartitionMetadata,
+    StoredPartition,
+    original_ids_path,
+    part_folder,
+    read_metadata,
+    read_original_ids,
+    read_partition,
+)
+from components.partition.tensor_read import header_entries
 
 __all__ = [
     "METADATA_FILE",
@@ -15,6 +25,9 @@ __all__ = [
     "PartitionMetadata",
     "StoredPartition",
     "hash_owner",
+    "header_entries",
+    "original_ids_path",
+    "part_folder",
     "range_ends",
     "range_offset",
     "range_owner",

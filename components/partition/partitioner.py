@@ -29,9 +29,11 @@ class GraphPartition:
 
     nodes[type]: node_id (n,) = offset..offset+n-1, source_id (n,) the id preprocess gave it
         (increasing), features (n, d), label (n,) if labeled, split (n,) int8
-    edges[type]: edge_index (2, e) [src; dst] partition node ids, edge_id (e,) = offset..offset+e-1,
-        source_edge_id (e,) (increasing; ``count + i`` is the reverse copy of undirected edge
-        ``i``), features (e, d_e), split (e,) int8
+    edges[type]: edge_index (2, e) [src; dst] partition node ids, sorted by the end whose owner
+        stores the edge, then the other end, then source_edge_id (compressed order, as GLT's CSR
+        or CSC holds them); indptr (n + 1,) the row pointer of that end over its n owned nodes;
+        edge_id (e,) = offset..offset+e-1, source_edge_id (e,) (``count + i`` is the reverse copy
+        of undirected edge ``i``), features (e, d_e), split (e,) int8
     node_counts / edge_counts[type]: (P,) rows per partition, every worker's: the range books
     cut_edges[type]: stored edges of the type whose ends lie in different partitions (all workers')
     """
@@ -135,23 +137,45 @@ def _store_edges(
     part: GraphPartition,
 ) -> None:
     """Sends each edge to the owner of its source (or destination) and renumbers it in the
-    owner's edge range (ordered by source edge id, so reruns are bit-identical)."""
+    owner's edge range, in compressed order (:func:`compressed_order`: reruns are bit-identical)."""
     src_owner = range_owner(src, range_ends(part.node_counts[ends[0]]))
     dst_owner = range_owner(dst, range_ends(part.node_counts[ends[1]]))
     part.cut_edges[name] = all_sum_int(int((src_owner != dst_owner).sum()))
     owner = src_owner if by == "src" else dst_owner
+    del src_owner, dst_owner
     mine = exchange({"edge_index": torch.stack([src, dst], dim=1), "source_edge_id": eid, **rows}, owner, part.num_partitions)
-    order = torch.argsort(mine["source_edge_id"])
+    at = 0 if by == "src" else 1  # the end whose owner stores the edge: GLT's compressed side
+    owned = part.node_counts[ends[at]]
+    order, indptr = compressed_order(mine["edge_index"], mine["source_edge_id"], at, range_offset(owned, part.index), owned[part.index])
     counts = all_gather_int(len(order), part.num_partitions)
     offset = range_offset(counts, part.index)
     part.edge_counts[name] = counts
     part.edges[name] = {
-        "edge_index": mine["edge_index"][order].t().contiguous(),
+        "edge_index": mine.pop("edge_index")[order].t().contiguous(),
+        "indptr": indptr,
         "edge_id": torch.arange(offset, offset + len(order)),
-        "source_edge_id": mine["source_edge_id"][order],
-        "features": mine["features"][order],
-        "split": mine["split"][order],
+        "source_edge_id": mine.pop("source_edge_id")[order],
+        "features": mine.pop("features")[order],
+        "split": mine.pop("split")[order],
     }
+
+
+def compressed_order(
+    pairs: torch.Tensor, source_edge_id: torch.Tensor, at: int, first: int, owned: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(order, indptr) of a partition's (e, 2) edge ``pairs``: sorted by end ``at`` (ids
+    ``first .. first + owned - 1``, this partition's), then the other end, then source edge id;
+    indptr (owned + 1,) counts each owned node's edges. The order GLT's COO-to-CSR conversion
+    would give them (it sorts by both ends), computed here once so no worker sorts again."""
+    indptr = torch.zeros(owned + 1, dtype=torch.int64)
+    if not len(pairs):
+        return torch.zeros(0, dtype=torch.int64), indptr
+    order = torch.argsort(source_edge_id)  # ties (repeated pairs) end in source edge id order
+    key = pairs[order, at].sub_(first)  # built in place: a partition's edges are its largest tensors
+    torch.cumsum(torch.bincount(key, minlength=owned), 0, out=indptr[1:])
+    key.mul_(int(pairs[:, 1 - at].max()) + 1).add_(pairs[order, 1 - at])  # fits int64 below ~3e9 nodes a side
+    order = order[torch.sort(key, stable=True).indices]
+    return order, indptr
 
 
 def partition_graph(graph: LoadedGraph, metadata: GraphSchema, rank: int, world_size: int, options: PartitionSpec) -> GraphPartition:

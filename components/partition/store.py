@@ -3,32 +3,41 @@
 Layout under a partition output's generation folder::
 
     part-00000/nodes/<type>.safetensors          node_id, source_id, features, label, split
-    part-00000/edges/<type>.safetensors          edge_index, edge_id, source_edge_id, features, split
+    part-00000/edges/<type>.safetensors          edge_index, indptr, edge_id, source_edge_id, features, split
     part-00000/original_ids/<type>.parquet       node_id (partition id) → original_id
     id_maps/<type>/part-*.parquet                source id → original id (copied from serialize)
     partition_metadata.json                      rows per partition: the range partition books
 
 Ids inside a partition are partition ids (see :mod:`.books`): partition ``p`` owns
 ``[sum(counts[:p]), sum(counts[:p+1]))`` of each node and stored edge type.
+
+A partition's edges are stored in compressed order: sorted by the end whose owner stores them
+(the source with ``edge_assignment: src``, else the destination), then the other end, then the
+source edge id; ``indptr`` (n + 1,) is the row pointer over the n owned nodes of that end. GLT
+takes them as CSR (or CSC) without sorting again. Partitions written before that have no
+``indptr``: they still load, through GLT's own conversion (the memory it costs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import pyarrow.parquet as pq
 import torch
-from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from components import storage
 from components.errors import GnnflowError
 from components.partition.books import range_offset
 from components.partition.partitioner import GraphPartition
-from components.schema import GraphSchema
+from components.partition.tensor_read import SHARED, Stream, Want, read_data, read_header
+from components.schema import GraphSchema, stored_edge_types
 
 METADATA_FILE = "partition_metadata.json"
 
@@ -83,13 +92,46 @@ class PartitionMetadata:
             raise GnnflowError(f"{source} is not valid partition metadata: {exc}") from exc
 
 
+# Called with the metadata and the edge tables just read; returns what it built from them.
+AfterEdges = Callable[[PartitionMetadata, dict[str, dict[str, torch.Tensor]]], dict[str, Any]]
+
+
 def read_metadata(partitions: storage.PublishedOutput) -> PartitionMetadata:
     return PartitionMetadata.from_json(partitions.read_bytes(METADATA_FILE).decode(), str(partitions.uri(METADATA_FILE)))
 
 
-def read_tensors(partitions: storage.PublishedOutput, relative_path: str) -> dict[str, torch.Tensor]:
-    """One safetensors file, checked against its manifest entry before it is parsed."""
-    return load_safetensors(partitions.read_bytes(relative_path))
+@contextlib.contextmanager
+def _checked_stream(partitions: storage.PublishedOutput, relative_path: str) -> Iterator[tuple[Stream, str]]:
+    """The file's stream, checked against its manifest entry as it is read, and its URI."""
+    with partitions.open_read(relative_path) as stream:
+        yield cast(Stream, stream), str(partitions.uri(relative_path))
+
+
+def read_tensors(
+    partitions: storage.PublishedOutput, relative_path: str, want: dict[str, Want | None] | None = None
+) -> dict[str, torch.Tensor]:
+    """One safetensors file streamed into its tensors (:mod:`.tensor_read`) through the check
+    against its manifest entry: each whole in ordinary memory, unless ``want`` says otherwise."""
+    with _checked_stream(partitions, relative_path) as (stream, source):
+        slots, _ = read_header(stream, source)
+        return read_data(stream, source, slots, want or {})
+
+
+def _sampled_edges(partitions: storage.PublishedOutput, relative_path: str, uncompressed_row: int, ids: bool) -> dict[str, torch.Tensor]:
+    """A message edge file as GLT's sampler keeps it: ``indptr``, ``indices`` (the other end of
+    each edge, row ``uncompressed_row`` of ``edge_index``), ``edge_id`` (only when ``ids``: the
+    graph has edge features to look up by them) and ``features``, the last three in shared
+    memory; the compressed end, source edge ids and splits are not kept. A file without
+    ``indptr`` (older partitions) is read whole."""
+    with _checked_stream(partitions, relative_path) as (stream, source):
+        slots, _ = read_header(stream, source)
+        if "indptr" not in slots:
+            return read_data(stream, source, slots, {})
+        unkept: dict[str, Want | None] = {"source_edge_id": None, "split": None, "edge_id": SHARED if ids else None}
+        want = {"edge_index": Want(shared=True, row=uncompressed_row), "features": SHARED, **unkept}
+        tensors = read_data(stream, source, slots, want)
+    tensors["indices"] = tensors.pop("edge_index")
+    return tensors
 
 
 @dataclass
@@ -100,6 +142,8 @@ class StoredPartition:
     metadata: PartitionMetadata
     nodes: dict[str, dict[str, torch.Tensor]]
     edges: dict[str, dict[str, torch.Tensor]]
+    # What a reader built from the tensors as they arrived (see read_partition's after_edges).
+    built: dict[str, Any] = field(default_factory=dict)
 
     def node_offset(self, node_type: str) -> int:
         """Partition id of this partition's first node of ``node_type``."""
@@ -114,21 +158,34 @@ class StoredPartition:
         return sum(t.nbytes for tables in (self.nodes, self.edges) for tensors in tables.values() for t in tensors.values())
 
 
-def read_partition(partitions: storage.PublishedOutput, index: int) -> StoredPartition:
-    """Reads partition ``index`` and the partition books from a published partition output."""
+def read_partition(
+    partitions: storage.PublishedOutput, index: int, *, for_sampling: bool = False, after_edges: AfterEdges | None = None
+) -> StoredPartition:
+    """Reads partition ``index`` and the partition books from a published partition output.
+
+    ``for_sampling``: only what a GLT dataset of it keeps, each tensor read straight to where GLT
+    holds it: node and edge features in shared memory, and each message edge type as
+    :func:`_sampled_edges` (no ``edge_index``, ``source_edge_id`` or edge ``split``, and edge
+    ids only for a graph with edge features). For workers that need nothing else of the edges
+    (node classification). ``after_edges`` runs once the edges are read, before the node tables
+    are: what it returns is the partition's ``built``."""
     metadata = read_metadata(partitions)
     if not 0 <= index < metadata.num_partitions:
         raise GnnflowError(f"{partitions.root} has {metadata.num_partitions} partitions, asked for partition {index}")
     folder = part_folder(index)
-    nodes = {t: read_tensors(partitions, f"{folder}/nodes/{t}.safetensors") for t in metadata.node_counts}
+    messages = stored_edge_types(metadata.schema) if for_sampling else {}
+    uncompressed_row = 1 if metadata.edge_assignment == "src" else 0
+    ids = any(e.feature_dim for e in metadata.schema.message_edge_types.values())
+    edges = {}
+    for t in metadata.edge_counts:
+        path = f"{folder}/edges/{t}.safetensors"
+        edges[t] = _sampled_edges(partitions, path, uncompressed_row, ids) if t in messages else read_tensors(partitions, path)
+    built = after_edges(metadata, edges) if after_edges is not None else {}
+    node_want: dict[str, Want | None] = {"features": SHARED} if for_sampling else {}
+    nodes = {t: read_tensors(partitions, f"{folder}/nodes/{t}.safetensors", node_want) for t in metadata.node_counts}
     if any("source_id" not in v for v in nodes.values()):
         raise GnnflowError(f"{partitions.root} was written by an older gnnflow (hash partition books, no range ids): re-run partition")
-    return StoredPartition(
-        index=index,
-        metadata=metadata,
-        nodes=nodes,
-        edges={t: read_tensors(partitions, f"{folder}/edges/{t}.safetensors") for t in metadata.edge_counts},
-    )
+    return StoredPartition(index=index, metadata=metadata, nodes=nodes, edges=edges, built=built)
 
 
 def read_original_ids(partitions: storage.PublishedOutput, index: int, node_type: str) -> np.ndarray:

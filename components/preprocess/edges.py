@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from components.config import EdgeTableSpec, PreprocessSpec, SplitSpec
 from components.errors import GnnflowError
+from components.feature_storage.quantization import storage_fields
 from components.preprocess.nodes import (
     TableSource,
     check_reused_columns,
@@ -23,7 +24,7 @@ from components.preprocess.parts import PartWriter
 from components.runtime.runlog import progress, rate, timed
 from components.schema import SPLIT_CODES, EdgeTypeSchema
 from components.tables import reading as tables
-from components.tables.transforms import FittedFeatures, PerFileFitters, encode_features, encode_splits
+from components.tables.transforms import FittedFeatures, PerFileFitters, encode_features, encode_splits, feature_ranges
 from components.warehouse.table_ref import is_bigquery_uri
 
 log = logging.getLogger("gnnflow.preprocess")
@@ -112,18 +113,21 @@ def edge_type_schema(
     file_rows: list[int],
     dropped: int,
 ) -> EdgeTypeSchema:
+    names = [n for f in features for n in f.output_names]
+    stored = storage_fields(spec.feature_storage, feature_ranges(features), len(names), f"graph.edges[{spec.name!r}].feature_storage")
     return EdgeTypeSchema(
         src_type=spec.src_type,
         relation=spec.type,
         dst_type=spec.dst_type,
         count=count,
-        feature_names=[n for f in features for n in f.output_names],
+        feature_names=names,
         undirected=spec.undirected and spec.role == "message",  # a label is one (anchor, candidate) pair
         split_sizes=split_sizes or {},
         files=files,
         dropped_unknown_endpoints=dropped,
         file_rows=file_rows,
         role=spec.role,
+        **stored,
     )
 
 

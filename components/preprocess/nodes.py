@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from components import storage
 from components.config import EdgeTableSpec, FeatureSpec, NodeTableSpec, PreprocessSpec, SplitSpec
 from components.errors import GnnflowError
+from components.feature_storage.quantization import storage_fields
 from components.preprocess.parts import PartWriter
 from components.runtime.runlog import progress, rate, timed
 from components.schema import NO_LABEL, SPLIT_CODES, NodeTypeSchema
@@ -35,6 +36,7 @@ from components.tables.transforms import (
     encode_labels,
     encode_splits,
     expand_columns,
+    feature_ranges,
     fit_label_vocabulary,
     label_values,
 )
@@ -317,15 +319,18 @@ def node_type_schema(
     id_map_files: list[str],
     file_rows: list[int],
 ) -> NodeTypeSchema:
+    names = [name for f in features for name in f.output_names]
+    stored = storage_fields(spec.feature_storage, feature_ranges(features), len(names), f"graph.nodes[{spec.type!r}].feature_storage")
     return NodeTypeSchema(
         name=spec.type,
         count=count,
-        feature_names=[name for f in features for name in f.output_names],
+        feature_names=names,
         label_vocabulary=vocabulary,
         split_sizes=split_sizes or {},
         files=files,
         id_map_files=id_map_files,
         file_rows=file_rows,
+        **stored,
     )
 
 

@@ -19,9 +19,10 @@ from components.runtime import watchdog
 
 
 def _wire(tensor: torch.Tensor) -> torch.Tensor:
-    """A 2-D, gloo-transportable view of ``tensor`` (gloo moves neither int8 nor bool)."""
+    """A 2-D, gloo-transportable view of ``tensor`` (gloo moves no bool; int8, uint8, float16 and
+    bfloat16 it moves as they are, measured with torch 2.3: int8 feature rows stay a quarter of float32's size)."""
     flat = tensor.reshape(len(tensor), int(np.prod(tensor.shape[1:], dtype=np.int64)))
-    return flat.to(torch.int32) if flat.dtype in (torch.int8, torch.bool, torch.uint8) else flat
+    return flat.to(torch.int32) if flat.dtype == torch.bool else flat
 
 
 def _all_to_all(tensor: torch.Tensor, send_sizes: list[int], recv_sizes: list[int]) -> torch.Tensor:

@@ -21,7 +21,8 @@ from components import storage
 from components.beam_pipeline import put_result, run_pipeline, take_result
 from components.config import GnnflowConfig
 from components.serialize.output import STEP
-from components.serialize.shards import TypeShards, encode_batch
+from components.serialize.records import RecordLayout, encode_batch, log_clipped
+from components.serialize.shards import TypeShards
 
 log = logging.getLogger("gnnflow.serialize")
 
@@ -34,8 +35,8 @@ class ShardTask:
     start: int
     stop: int
     parts: list[tuple[str, int, int]]
-    int_columns: list[str]
-    dim: int
+    layout: RecordLayout
+    folder: str  # the type's, naming its rows in errors
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def shard_tasks(plan: TypeShards) -> list[ShardTask]:
         parts.append((path, first, rows))
         first += rows
     return [
-        ShardTask(path, start, stop, [p for p in parts if p[1] < stop and p[1] + p[2] > start], plan.int_columns, plan.dim)
+        ShardTask(path, start, stop, [p for p in parts if p[1] < stop and p[1] + p[2] > start], plan.layout, plan.folder)
         for path, (start, stop) in zip(plan.shard_paths(), plan.shard_ranges())
     ]
 
@@ -70,23 +71,27 @@ def _rows_in_range(preprocessed: storage.PublishedOutput, task: ShardTask) -> It
                 break
 
 
-def run_task(task: ShardTask | CopyTask, preprocessed: storage.PublishedOutput, output: str, generation: str) -> tuple[str, int, list]:
-    """Writes one shard (or copies one id map); returns (path, records, [size, crc32c])."""
+def run_task(task: ShardTask | CopyTask, preprocessed: storage.PublishedOutput, output: str, generation: str) -> tuple[str, int, list, int]:
+    """Writes one shard (or copies one id map); returns (path, records, [size, crc32c], feature
+    values clipped to the stored type)."""
     staging = storage.OutputStaging(storage.parse_uri(output), STEP, generation)
     if isinstance(task, CopyTask):
         storage.copy_file(preprocessed.uri(task.path), staging.uri(task.path))
-        return task.path, 0, []
+        return task.path, 0, [], 0
+    clipped = 0
     if task.stop == task.start:
         staging.write_bytes(task.path, b"")
     else:
         with staging.open_write(task.path) as writer:
             for first_row, batch in _rows_in_range(preprocessed, task):
-                writer.write(encode_batch(batch, task.int_columns, task.dim, first_row))
+                data, lost = encode_batch(batch, task.layout, first_row, task.folder)
+                writer.write(data)
+                clipped += lost
     entry = staging.entries[task.path]
-    return task.path, task.stop - task.start, [entry.size, entry.crc32c]
+    return task.path, task.stop - task.start, [entry.size, entry.crc32c], clipped
 
 
-def _write_result(results: list[tuple[str, int, list]], output: str, generation: str) -> None:
+def _write_result(results: list[tuple[str, int, list, int]], output: str, generation: str) -> None:
     put_result(storage.OutputStaging(storage.parse_uri(output), STEP, generation), sorted(results))
 
 
@@ -98,7 +103,7 @@ def _known_part_rows(preprocessed: storage.PublishedOutput, plan: TypeShards) ->
     for path in plan.parts:
         with storage.open_read(preprocessed.uri(path)) as f:
             rows.append(pq.ParquetFile(f).metadata.num_rows)
-    return TypeShards(plan.folder, plan.parts, rows, plan.rows, plan.num_shards, plan.int_columns, plan.dim)
+    return TypeShards(plan.folder, plan.parts, rows, plan.rows, plan.num_shards, plan.layout)
 
 
 def write_with_beam(
@@ -132,10 +137,11 @@ def write_with_beam(
         )
 
     run_pipeline(build, config.preprocess.beam, STEP, image)
-    results = {path: (count, entry) for path, count, entry in take_result(staging, STEP)}
+    results = {path: (count, entry, clipped) for path, count, entry, clipped in take_result(staging, STEP)}
     written = {}
     for folder, plan in plans.items():
         paths = plan.shard_paths()
         staging.add_entries({p: storage.FileEntry(*results[p][1]) for p in paths})
         written[folder] = (paths, [results[p][0] for p in paths])
+        log_clipped(sum(results[p][2] for p in paths), f"serialize: {folder} ({len(paths)} shard(s))")
     return written

@@ -4,6 +4,9 @@ One record per node (``node_id``, ``label``, ``split`` as int64; ``features`` as
 float list) and per edge (``edge_id``, ``src``, ``dst``, ``split``; ``features``); an edge's id is
 its position within its type, so later steps can name edges (partition books, edge features). Each type is cut into
 shards of about equal size so N workers can read disjoint shard subsets in parallel.
+A type whose ``feature_storage`` is not float32 has its rows written already stored (one bytes
+value a record), a type without features no ``features`` key, and a type without a split no
+``split`` key; ``graph_metadata.json``'s ``record_format`` says which (see :mod:`.records`).
 
 Output (published atomically)::
 
@@ -21,6 +24,8 @@ from components.schema import GraphSchema
 
 STEP = "serialize"
 METADATA_FILE = "graph_metadata.json"
+# record_format["features_encoding"] of a type whose rows serialize wrote in their stored type (feature_storage)
+STORED_BYTES = "stored_bytes"
 
 
 def read_graph_metadata(serialized: storage.PublishedOutput) -> GraphSchema:

@@ -16,6 +16,7 @@ from components.runtime.runlog import rate, timed
 from components.runtime.threads import use_worker_threads
 from components.schema import GraphSchema
 from components.serialize.output import METADATA_FILE, STEP, read_graph_metadata
+from components.serialize.records import log_clipped
 from components.serialize.shards import TypeShards, iter_part_batches, plan_shards, write_shards
 
 __all__ = ["STEP", "read_graph_metadata", "serialize"]
@@ -45,7 +46,9 @@ def serialize(
         else:
             written = {}
             for folder, plan in plans.items():
-                written[folder] = write_shards(staging, plan, iter_part_batches(preprocessed, plan.parts))
+                paths, counts, clipped = write_shards(staging, plan, iter_part_batches(preprocessed, plan.parts))
+                log_clipped(clipped, f"serialize: {folder} ({len(paths)} shard(s))")
+                written[folder] = (paths, counts)
             for node in schema.node_types.values():
                 for rel in node.id_map_files:
                     storage.copy_file(preprocessed.uri(rel), staging.uri(rel))

@@ -20,8 +20,10 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from components.errors import GnnflowError
+from components.feature_storage.codec import codec_of, log_clipped
 from components.gnn.build import batch_edge_types
 from components.gnn.link_labels import HELD_OUT, target_edge_names
 from components.gnn.model import EdgeType
@@ -79,6 +81,7 @@ class GraphStore:
         parts = range(self.metadata.num_partitions)
         nodes = {t: [map_safetensors(local.path(f"{part_folder(p)}/nodes/{t}.safetensors")) for p in parts] for t in self.counts}
         self.features = {t: [n["features"] for n in nodes[t]] for t in self.counts if self.schema.node_types[t].feature_dim}
+        self.codecs = {t: codec_of(self.schema.node_types[t], f"{METADATA_FILE}, node type {t!r}") for t in self.features}
         self.rows = {t: self._rows(t, [n["node_id"] for n in nodes[t]]) for t in self.counts}
         self.adjacency = {r.stored: self._adjacency(r) for r in self.relations}
         self.ids = {t: IdIndex.build(local, t, self.metadata.num_partitions) for t in self.counts}
@@ -104,9 +107,10 @@ class GraphStore:
         return np.searchsorted(self.ends[node_type], ids, side="right")
 
     def gather_features(self, node_type: str, ids: np.ndarray) -> np.ndarray:
-        """(k, d) float32 features of partition ids ``ids`` (k,) of a featured type."""
+        """(k, d) float32 features of partition ids ``ids`` (k,) of a featured type, decoded from
+        their stored type as the model decodes a batch's rows."""
         tables = self.features[node_type]
-        out = np.empty((len(ids), tables[0].shape[1]), dtype=np.float32)
+        out = np.empty((len(ids), tables[0].shape[1]), dtype=tables[0].dtype)
         owner = self.owner(node_type, ids)
         offsets = np.concatenate([[0], self.ends[node_type][:-1]])
         rows_of = self.rows[node_type]
@@ -114,7 +118,17 @@ class GraphStore:
             at = np.flatnonzero(owner == p)
             rows = rows_of[ids[at]] if rows_of is not None else ids[at] - offsets[p]
             out[at] = tables[p][rows]
-        return out
+        return self.codecs[node_type].decode_array(out)
+
+    def as_stored(self, node_type: str, rows: np.ndarray) -> np.ndarray:
+        """(k, d) float32 transformed rows of new nodes → (k, d) float32 as a stored row of the type
+        reads back (encoded and decoded): a new node is encoded as if partition had stored it."""
+        codec = self.codecs.get(node_type)
+        if codec is None or codec.storage == "float32":
+            return rows
+        stored, clipped = codec.encode(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)))
+        log_clipped(clipped, f"serving: new {node_type!r} nodes")
+        return codec.decode(stored).numpy()
 
     def _edge_keep(self, stored: str, edges: dict[str, np.ndarray], held: dict[str, np.ndarray]) -> np.ndarray | None:
         """Which of a partition's edges carry messages (None: all)."""

@@ -275,7 +275,11 @@ class Predictor:
             return {}
         encoder = self.features
         rows = (
-            {t: encoder.encode(t, [v for _, v in items], [i for i, _ in items]) for t, items in new.items() if t not in self.learnt}
+            {
+                t: self.store.as_stored(t, encoder.encode(t, [v for _, v in items], [i for i, _ in items]))
+                for t, items in new.items()
+                if t not in self.learnt
+            }
             if encoder
             else {}
         )

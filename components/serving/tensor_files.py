@@ -16,11 +16,13 @@ from collections.abc import Callable
 import numpy as np
 
 from components.errors import GnnflowError
+from components.partition.output import header_entries
 
 _DTYPES = {
     "F64": np.float64,
     "F32": np.float32,
     "F16": np.float16,
+    "BF16": np.uint16,  # numpy has no bfloat16: its raw bits (components.feature_storage decodes them)
     "I64": np.int64,
     "I32": np.int32,
     "I16": np.int16,
@@ -43,16 +45,8 @@ def map_safetensors(path: str) -> dict[str, np.ndarray]:
             raise GnnflowError(f"{path} is not a safetensors file: its header is not JSON ({exc})") from None
     base = 8 + length
     tensors: dict[str, np.ndarray] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _DTYPES.get(info["dtype"])
-        if dtype is None:
-            raise GnnflowError(f"{path}: tensor {name!r} has dtype {info['dtype']}, which serving cannot map")
-        shape = tuple(int(s) for s in info["shape"])
-        start, end = (int(o) for o in info["data_offsets"])
-        if end - start != int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize:
-            raise GnnflowError(f"{path}: tensor {name!r} of shape {shape} does not fill its byte range [{start}, {end})")
+    for name, (dtype_name, shape, start, end) in header_entries(header, path).items():
+        dtype = _DTYPES[dtype_name]
         if end == start:
             tensors[name] = np.zeros(shape, dtype=dtype)
         else:

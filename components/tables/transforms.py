@@ -57,6 +57,9 @@ class FittedFeatures:
     means: list[float] | None = None
     stds: list[float] | None = None
     categories: list[list[str]] | None = None
+    # Numeric groups: each column's range after the transform (what int8 storage is fitted on).
+    lows: list[float] | None = None
+    highs: list[float] | None = None
 
     @property
     def is_numeric(self) -> bool:
@@ -115,6 +118,9 @@ class FeatureFitter:
         self._sum = np.zeros(len(columns))
         self._sumsq = np.zeros(len(columns))
         self._categories: list[Counter[str]] = [Counter() for _ in columns]
+        # Range of the values as the transform leaves them, but before standardizing (applied in finish).
+        self._low = np.full(len(columns), np.inf)
+        self._high = np.full(len(columns), -np.inf)
 
     def update(self, chunk: pa.Table, row_name: RowName) -> None:
         if self.spec.transform in NUMERIC_TRANSFORMS:
@@ -126,6 +132,10 @@ class FeatureFitter:
             self._count += len(x)
             self._sum += x.sum(axis=0)
             self._sumsq += np.square(x).sum(axis=0)
+            if len(x):
+                shown = _row_normalized(x) if self.spec.transform == "row_normalize" else x
+                self._low = np.minimum(self._low, shown.min(axis=0))
+                self._high = np.maximum(self._high, shown.max(axis=0))
             return
         for j, name in enumerate(self.columns):
             values = pd.Series(_strings(chunk, name))
@@ -141,6 +151,8 @@ class FeatureFitter:
         self._count += other._count
         self._sum += other._sum
         self._sumsq += other._sumsq
+        self._low = np.minimum(self._low, other._low)
+        self._high = np.maximum(self._high, other._high)
         for mine, theirs in zip(self._categories, other._categories):
             mine.update(theirs)
 
@@ -149,12 +161,42 @@ class FeatureFitter:
             n = np.maximum(self._count, 1)
             mean = self._sum / n
             std = np.sqrt(np.maximum(self._sumsq / n - mean**2, 0.0))
-            return FittedFeatures(self.spec, self.columns, means=mean.tolist(), stds=np.where(std > 0, std, 1.0).tolist())
+            std = np.where(std > 0, std, 1.0)
+            lows, highs = _finite_range((self._low - mean) / std, (self._high - mean) / std)  # std > 0: order kept
+            return FittedFeatures(self.spec, self.columns, means=mean.tolist(), stds=std.tolist(), lows=lows, highs=highs)
         if self.spec.transform == "one_hot":
             # Most frequent first, ties by name, so the fitted vocabulary is deterministic.
             cats = [sorted(sorted(counter), key=lambda v: -counter[v])[: self.spec.max_categories] for counter in self._categories]
             return FittedFeatures(self.spec, self.columns, categories=[sorted(c) for c in cats])
+        if self.spec.transform in NUMERIC_TRANSFORMS:
+            lows, highs = _finite_range(self._low, self._high)
+            return FittedFeatures(self.spec, self.columns, lows=lows, highs=highs)
         return FittedFeatures(self.spec, self.columns)
+
+
+def _finite_range(low: np.ndarray, high: np.ndarray) -> tuple[list[float], list[float]]:
+    """Per-column (low, high) lists; a column that saw no value (an empty table) gets [0, 0]."""
+    seen = np.isfinite(low) & np.isfinite(high)
+    return np.where(seen, low, 0.0).tolist(), np.where(seen, high, 0.0).tolist()
+
+
+def feature_ranges(groups: Sequence[FittedFeatures]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(low, high), each (output width,): the range of every output column of ``groups`` after
+    the transform (one-hot and hashing slots: [0, 1]); None if a numeric group was fitted by an
+    older gnnflow, which kept no ranges."""
+    lows: list[np.ndarray] = [np.zeros(0)]
+    highs: list[np.ndarray] = [np.zeros(0)]
+    for group in groups:
+        if group.is_numeric:
+            if group.lows is None or group.highs is None:
+                return None
+            lows.append(np.asarray(group.lows, dtype=np.float64))
+            highs.append(np.asarray(group.highs, dtype=np.float64))
+        else:
+            width = len(group.output_names)
+            lows.append(np.zeros(width))
+            highs.append(np.ones(width))
+    return np.concatenate(lows), np.concatenate(highs)
 
 
 class PerFileFitters:
@@ -206,9 +248,14 @@ def encode_numeric(x: np.ndarray, group: FittedFeatures, row_name: RowName) -> n
     if spec.transform == "standardize":
         x = (x - np.asarray(group.means)) / np.asarray(group.stds)
     elif spec.transform == "row_normalize":
-        norm = np.abs(x).sum(axis=1, keepdims=True)
-        x = x / np.where(norm > 0, norm, 1.0)
+        x = _row_normalized(x)
     return x.astype(np.float32)
+
+
+def _row_normalized(x: np.ndarray) -> np.ndarray:
+    """Each row of (rows, columns) ``x`` divided by its sum of absolute values (all-zero rows stay zero)."""
+    norm = np.abs(x).sum(axis=1, keepdims=True)
+    return x / np.where(norm > 0, norm, 1.0)
 
 
 def encode_features(chunk: pa.Table, groups: Sequence[FittedFeatures], row_name: RowName) -> np.ndarray:

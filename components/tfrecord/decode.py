@@ -54,7 +54,7 @@ def _fields(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, i
 
 
 Items = list[tuple[int, int, int]]  # (wire type, start, end | varint value) of a list's field 1
-Wanted = Mapping[bytes, tuple[str, int]]  # key -> ("i" int64 | "f" float, width)
+Wanted = Mapping[bytes, tuple[str, int]]  # key -> ("i" int64 | "f" float | "b" one bytes value, width: values or bytes)
 
 
 def _parse(buf: bytes, index: int, source: str, wanted: Wanted) -> dict[bytes, tuple[str, Items]]:
@@ -92,6 +92,10 @@ def _parse(buf: bytes, index: int, source: str, wanted: Wanted) -> dict[bytes, t
 
 
 def _values(buf: bytes, want: str, items: Items) -> list[int] | np.ndarray:
+    if want == "b":
+        if any(w != 2 for w, _, _ in items):
+            raise _WireError("malformed bytes_list")
+        return np.frombuffer(buf, np.uint8, items[0][2] - items[0][1], items[0][1]) if items else np.zeros(0, np.uint8)
     if want == "f":
         if any(w not in (2, 5) or (e - s) % 4 for w, s, e in items):
             raise _WireError("malformed float_list")
@@ -115,8 +119,15 @@ def _check(source: str, index: int, key: bytes, want: str, width: int, kind: str
     names = {"i": "int64_list", "f": "float_list", "b": "bytes_list"}
     if kind not in ("", want) and count:
         raise GnnflowError(f"{source}: record {index}: feature {key.decode()!r} is a {names[kind]}, expected {names[want]}")
-    if count != width:
+    if want == "b" and count != (1 if width else 0):  # a value of no bytes is written as none
+        raise GnnflowError(f"{source}: record {index}: feature {key.decode()!r} has {count} bytes values, expected 1")
+    if count != width and want != "b":
         raise GnnflowError(f"{source}: record {index}: feature {key.decode()!r} has {count} values, expected {width}")
+
+
+def _check_bytes(source: str, index: int, key: bytes, width: int, size: int) -> None:
+    if size != width:
+        raise GnnflowError(f"{source}: record {index}: feature {key.decode()!r} holds {size} bytes, expected {width}")
 
 
 def _decode_one(buf: bytes, index: int, source: str, wanted: Wanted, out: dict[bytes, np.ndarray]) -> None:
@@ -126,11 +137,16 @@ def _decode_one(buf: bytes, index: int, source: str, wanted: Wanted, out: dict[b
         kind, items = found[key]
         if kind not in ("", want):
             _check(source, index, key, want, width, kind, len(items))  # raises unless empty
+        if want == "b":
+            _check(source, index, key, want, width, kind, len(items))
         try:
             values = _values(buf, want, items)
         except _WireError as exc:
             raise GnnflowError(f"{source}: record {index} is not a valid tf.train.Example ({exc})") from None
-        _check(source, index, key, want, width, kind, len(values))
+        if want == "b":
+            _check_bytes(source, index, key, width, len(values))
+        else:
+            _check(source, index, key, want, width, kind, len(values))
         out[key][index] = values
 
 
@@ -138,12 +154,17 @@ def _template(buf: bytes, index: int, source: str, wanted: Wanted) -> list[tuple
     """Payload position of each key in one record: [(key, start, end, varint byte lengths)];
     None when a key's list is not one packed field (the general path then decodes it)."""
     found = _parse(buf, index, source, wanted)
-    layout = []
+    layout: list[tuple[bytes, int, int, list[int]]] = []
     for key, (want, width) in wanted.items():
         kind, items = found[key]
         if len(items) > 1 or (items and items[0][0] != 2) or kind not in ("", want):
             return None
         s, e = items[0][1:] if items else (0, 0)
+        if want == "b":
+            _check(source, index, key, want, width, kind, len(items))
+            _check_bytes(source, index, key, width, e - s)
+            layout.append((key, s, e, []))
+            continue
         if want == "f":
             lens, count, bad = [], (e - s) // 4, (e - s) % 4 != 0
         else:
@@ -188,6 +209,8 @@ def _decode_block(mat: np.ndarray, index: np.ndarray, wanted: Wanted, source: st
         for key, s, e, lens in layout:
             if wanted[key][0] == "f":
                 out[key][rows] = sub[:, s:e].view("<f4")  # the last axis is contiguous: a view, one copy
+            elif wanted[key][0] == "b":
+                out[key][rows] = sub[:, s:e]
             elif lens:
                 shifts = np.concatenate([np.arange(0, 7 * ln, 7, dtype=np.uint64) for ln in lens])
                 bits = (compact[:, at[s] : at[s] + e - s] & 0x7F).astype(np.uint64) << shifts
@@ -208,9 +231,13 @@ def _decode_into(records: Sequence[bytes], index: np.ndarray, wanted: Wanted, so
             _decode_one(records[i], int(index[i]), source, wanted, out)
 
 
-def _outputs(int64_keys: Mapping[str, int], float_keys: Mapping[str, int], n: int) -> tuple[Wanted, dict]:
+_OUT_DTYPES = {"i": np.int64, "f": np.float32, "b": np.uint8}
+
+
+def _outputs(int64_keys: Mapping[str, int], float_keys: Mapping[str, int], bytes_keys: Mapping[str, int], n: int) -> tuple[Wanted, dict]:
     wanted = {k.encode(): ("i", w) for k, w in int64_keys.items()} | {k.encode(): ("f", w) for k, w in float_keys.items()}
-    return wanted, {k: np.zeros((n, w), np.int64 if t == "i" else np.float32) for k, (t, w) in wanted.items()}
+    wanted |= {k.encode(): ("b", w) for k, w in bytes_keys.items()}
+    return wanted, {k: np.zeros((n, w), _OUT_DTYPES[t]) for k, (t, w) in wanted.items()}
 
 
 def _result(out: dict[bytes, np.ndarray]) -> dict[str, np.ndarray]:
@@ -218,7 +245,12 @@ def _result(out: dict[bytes, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def decode_examples(
-    records: Sequence[bytes], int64_keys: Mapping[str, int], float_keys: Mapping[str, int], *, source: str = "records"
+    records: Sequence[bytes],
+    int64_keys: Mapping[str, int],
+    float_keys: Mapping[str, int],
+    *,
+    bytes_keys: Mapping[str, int] | None = None,
+    source: str = "records",
 ) -> dict[str, np.ndarray]:
     """Parse serialized `tf.train.Example`s into arrays.
 
@@ -226,16 +258,19 @@ def decode_examples(
         records: n serialized Examples (e.g. from `iter_records`).
         int64_keys / float_keys: name -> width; every record must hold exactly `width`
             values of that kind under that name (other keys are ignored).
+        bytes_keys: name -> bytes; every record must hold exactly one bytes value of that many
+            bytes under that name (what `encode_examples` writes for its bytes features).
         source: names the records in error messages.
 
     Returns:
-        name -> int64 array (n,) for width 1 else (n, width) for int64 keys, float32 likewise.
+        name -> int64 array (n,) for width 1 else (n, width) for int64 keys, float32 likewise,
+        uint8 (n, bytes) for bytes keys (view them as their stored dtype).
 
     Raises:
         GnnflowError: naming the record and key on a missing key, wrong width, wrong kind
-            or malformed proto.
+            or malformed proto; a bytes value of another size than expected (e.g. cut short).
     """
-    wanted, out = _outputs(int64_keys, float_keys, len(records))
+    wanted, out = _outputs(int64_keys, float_keys, bytes_keys or {}, len(records))
     _decode_into(records, np.arange(len(records)), wanted, source, out)
     return _result(out)
 
@@ -245,6 +280,7 @@ def decode_tfrecord_file(
     int64_keys: Mapping[str, int],
     float_keys: Mapping[str, int],
     *,
+    bytes_keys: Mapping[str, int] | None = None,
     source: str,
     verify_crc: bool = True,
 ) -> dict[str, np.ndarray]:
@@ -257,7 +293,7 @@ def decode_tfrecord_file(
     raw = data if isinstance(data, bytes) else bytes(data)
     buf = np.frombuffer(raw, np.uint8)
     runs = _frame(raw, buf, source, verify_crc)
-    wanted, out = _outputs(int64_keys, float_keys, sum(count for _, _, count in runs))
+    wanted, out = _outputs(int64_keys, float_keys, bytes_keys or {}, sum(count for _, _, count in runs))
     left, first = [], 0  # left: records for the general path, as (data offsets, data length, record numbers)
     for pos, length, count in runs:
         index = np.arange(first, first + count)

@@ -14,27 +14,31 @@ from components.tfrecord.framing import _MASK_DELTA, _U64, _VARINT_STEPS, _maske
 
 
 def _as_columns(
-    int64_features: Mapping[str, np.ndarray], float_features: Mapping[str, np.ndarray]
-) -> tuple[int, dict[bytes, np.ndarray], dict[bytes, np.ndarray]]:
-    """Validate inputs; ints become (n, k) uint64 bit patterns, floats (n, 4d) uint8 of float32 LE."""
+    int64_features: Mapping[str, np.ndarray], float_features: Mapping[str, np.ndarray], bytes_features: Mapping[str, np.ndarray]
+) -> tuple[int, dict[bytes, np.ndarray], dict[bytes, np.ndarray], dict[bytes, np.ndarray]]:
+    """Validate inputs; ints become (n, k) uint64 bit patterns, floats (n, 4d) uint8 of float32 LE,
+    bytes (n, w) uint8 of each row's values, little-endian."""
     ints: dict[bytes, np.ndarray] = {}
     floats: dict[bytes, np.ndarray] = {}
+    raw: dict[bytes, np.ndarray] = {}
     rows: dict[str, int] = {}
-    for is_int, features in ((True, int64_features), (False, float_features)):
+    kinds: dict[str, str] = {}
+    for kind, features in (("int64", int64_features), ("float", float_features), ("bytes", bytes_features)):
         for name, arr in features.items():
             a = np.asarray(arr)
-            if a.ndim not in (1, 2) or not np.issubdtype(a.dtype, np.integer if is_int else np.number):
-                raise GnnflowError(
-                    f"{'int64' if is_int else 'float'} feature {name!r}: need a numeric array of "
-                    f"shape (n,) or (n, k), got {a.dtype} {a.shape}"
-                )
-            if name in rows:
-                raise GnnflowError(f"feature {name!r} is given both as int64 and as float")
-            rows[name] = len(a)
+            if a.ndim not in (1, 2) or not np.issubdtype(a.dtype, np.integer if kind == "int64" else np.number):
+                raise GnnflowError(f"{kind} feature {name!r}: need a numeric array of shape (n,) or (n, k), got {a.dtype} {a.shape}")
+            if name in kinds:
+                raise GnnflowError(f"feature {name!r} is given both as {kinds[name]} and as {kind}")
+            rows[name], kinds[name] = len(a), kind
             a = a.reshape(len(a), a.shape[1] if a.ndim == 2 else 1)
-            if not is_int:
+            if kind == "float":
                 f32 = np.ascontiguousarray(a, dtype="<f4")
                 floats[name.encode()] = f32.view(np.uint8).reshape(len(a), 4 * a.shape[1])
+                continue
+            if kind == "bytes":
+                stored = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
+                raw[name.encode()] = stored.view(np.uint8).reshape(len(a), stored.itemsize * a.shape[1])
                 continue
             if a.dtype == np.uint64 and a.size and int(a.max()) >= 1 << 63:
                 raise GnnflowError(f"int64 feature {name!r}: value {int(a.max())} does not fit in int64")
@@ -42,7 +46,7 @@ def _as_columns(
             ints[name.encode()] = a.astype(np.int64, copy=False).view(np.uint64)
     if len(set(rows.values())) != 1:
         raise GnnflowError(f"features must have one common number of rows (at least one feature): {rows}")
-    return next(iter(rows.values())), ints, floats
+    return next(iter(rows.values())), ints, floats, raw
 
 
 def _entry_header(key: bytes, list_tag: int, payload_len: int) -> bytes:
@@ -65,7 +69,11 @@ def _width(seg: bytes | np.ndarray | tuple[np.ndarray, np.ndarray | slice]) -> i
     return len(seg) if isinstance(seg, bytes) else seg.shape[1] if isinstance(seg, np.ndarray) else seg[0].shape[1]
 
 
-def encode_examples(int64_features: Mapping[str, np.ndarray], float_features: Mapping[str, np.ndarray]) -> bytes:
+def encode_examples(
+    int64_features: Mapping[str, np.ndarray],
+    float_features: Mapping[str, np.ndarray],
+    bytes_features: Mapping[str, np.ndarray] | None = None,
+) -> bytes:
     """Serialize n `tf.train.Example`s and frame them as TFRecords, concatenated.
 
     Args:
@@ -73,6 +81,9 @@ def encode_examples(int64_features: Mapping[str, np.ndarray], float_features: Ma
             int64_list of the row's k values.
         float_features: name -> float array of shape (n, d) (or (n,) for d = 1), stored as
             float32; d may be 0 (an empty float_list).
+        bytes_features: name -> numeric array of shape (n, d) (or (n,)); each record gets a
+            bytes_list of one value: the row's d values as little-endian bytes (an int8 row of d
+            values is d bytes, a float16 row 2d).
 
     Returns:
         The bytes of n framed records, ready to append to a .tfrecord file.
@@ -83,7 +94,7 @@ def encode_examples(int64_features: Mapping[str, np.ndarray], float_features: Ma
     whenever every record has the same varint lengths. Each record carries its own values
     (ids included), so readers must not rely on position.
     """
-    n, ints, floats = _as_columns(int64_features, float_features)
+    n, ints, floats, raw = _as_columns(int64_features, float_features, bytes_features or {})
     if n == 0:
         return b""
     int_keys = list(ints)
@@ -100,10 +111,10 @@ def encode_examples(int64_features: Mapping[str, np.ndarray], float_features: Ma
     order = np.argsort(inverse, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(np.bincount(inverse))])
 
-    key_order = sorted([(k, "i") for k in ints] + [(k, "f") for k in floats])
+    key_order = sorted([(k, "i") for k in ints] + [(k, "f") for k in floats] + [(k, "b") for k in raw])
     col_start = dict(zip(int_keys, np.cumsum([0] + [ints[k].shape[1] for k in int_keys]).tolist()))
     # Plan every group first so all of them are built in place in one output buffer. A segment
-    # is constant bytes, a ready (m, w) uint8 block, or (float source, rows) gathered at fill time.
+    # is constant bytes, a ready (m, w) uint8 block, or (float or bytes source, rows) gathered at fill time.
     plans: list[tuple[int, int, list]] = []
     for g, row0 in enumerate(first):
         group_rows = order[bounds[g] : bounds[g + 1]]
@@ -115,7 +126,8 @@ def encode_examples(int64_features: Mapping[str, np.ndarray], float_features: Ma
                 segs.append(_entry_header(key, 0x1A, sum(lens)))
                 segs.extend(_varint_block(ints[key][rows, j], ln) for j, ln in enumerate(lens))
             else:
-                segs += [_entry_header(key, 0x12, floats[key].shape[1]), (floats[key], rows)]
+                source = floats[key] if kind == "f" else raw[key]
+                segs += [_entry_header(key, 0x12 if kind == "f" else 0x0A, source.shape[1]), (source, rows)]
         data_len = sum(map(_width, segs))
         segs.insert(0, b"\x0a" + _varint(data_len))
         data_len += len(segs[0])
@@ -149,10 +161,15 @@ class TFRecordWriter:
         self.records_written = 0
         self.bytes_written = 0
 
-    def write_examples(self, int64_features: Mapping[str, np.ndarray], float_features: Mapping[str, np.ndarray]) -> int:
+    def write_examples(
+        self,
+        int64_features: Mapping[str, np.ndarray],
+        float_features: Mapping[str, np.ndarray],
+        bytes_features: Mapping[str, np.ndarray] | None = None,
+    ) -> int:
         """Encode n Examples (shapes and order as in `encode_examples`) and write them; returns n."""
-        data = encode_examples(int64_features, float_features)
-        n = len(next(iter([*int64_features.values(), *float_features.values()])))
+        data = encode_examples(int64_features, float_features, bytes_features)
+        n = len(next(iter([*int64_features.values(), *float_features.values(), *(bytes_features or {}).values()])))
         self.write_framed(data, n)
         return n
 

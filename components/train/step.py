@@ -30,7 +30,7 @@ from components.gnn.build import build_model
 from components.gnn.device import Placement, check_device, worker_placement
 from components.gnn.epoch import EpochStart, random_state
 from components.gnn.feature_cache import fetch_whole_tables
-from components.gnn.glt_dataset import node_splits, to_dist_dataset
+from components.gnn.glt_dataset import node_splits, read_for_worker, to_dist_dataset
 from components.gnn.interruption import BatchAgreement
 from components.gnn.learnt_embeddings import EmbeddingShards, learnt_types, uses_sharded_embeddings
 from components.gnn.link_labels import training_edges
@@ -41,7 +41,7 @@ from components.gnn.node_task import NodeTask
 from components.gnn.sampling import RPC_THREADS, SamplingSetup
 from components.gnn.shared_memory import check_at_worker_start
 from components.partition.output import STEP as PARTITION_STEP
-from components.partition.output import StoredPartition, read_partition
+from components.partition.output import StoredPartition
 from components.runtime import watchdog
 from components.runtime.allocator import reuse_freed_memory
 from components.runtime.collectives import all_max_int, gather_to_rank_zero
@@ -295,7 +295,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
     threads = use_worker_threads(config.resources.threads, ctx.local_world_size, ctx.rank, work, training.sampling_workers)
     watchdog.mark("loading")
     partitions = storage.open_published(job.input, step=PARTITION_STEP)
-    part = read_partition(partitions, ctx.rank)
+    part = read_for_worker(partitions, ctx.rank, sampled=config.training.mode == "sampled", placement=placement)
     schema = part.metadata.schema
     edge_dir = "out" if part.metadata.edge_assignment == "src" else "in"
     if config.training.mode == "full_graph":

@@ -27,6 +27,7 @@ from components.gnn.full_graph.graph import partition_graph
 from components.gnn.full_graph.plan import remote_edge_fraction
 from components.gnn.interruption import BatchAgreement
 from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix, label_entropy
+from components.gnn.model import decoded_features
 from components.gnn.node_task import EpochResult
 from components.partition.output import StoredPartition
 from components.runtime.collectives import all_sum_int
@@ -67,7 +68,7 @@ class FullGraphNodeTask:
         self.target = schema.target
         self.num_classes = schema.node_types[self.target].num_classes
         nodes = part.nodes[self.target]
-        self.x = nodes["features"].to(torch.float32)
+        self.x = decoded_features(model.encoder, self.target, nodes["features"])
         self.y = nodes["label"].reshape(-1).to(torch.int64)
         labelled = self.y >= 0
         self.index = {name: torch.nonzero((nodes["split"] == code) & labelled).reshape(-1) for name, code in SPLIT_CODES.items()}

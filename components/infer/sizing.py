@@ -1,0 +1,49 @@
+"""What a sampled infer worker needs, predicted from the graph's size before the step runs.
+
+An infer worker loads its partition exactly as a trainer does (the same GLT dataset, CSR and
+feature copies: :mod:`components.gnn.worker_sizing`), then computes an output row for each node it owns and writes them as Parquet
+shards as it goes (:mod:`components.infer.shard_stream`: at most one row group being filled
+and the batches that arrive ahead of it). So its peak is the trainer's setup peak, or what it
+keeps plus those rows and the per-node original ids and completeness marks, if that is larger.
+"""
+
+from __future__ import annotations
+
+from components.config import GnnflowConfig
+from components.gnn import worker_sizing
+from components.graph_size import INT64, GraphSize, MiB, StepPrediction, share
+from components.infer.shard_stream import EARLY_ROW_GROUPS, ROW_GROUP_ROWS
+
+# Rows a worker holds while it writes: the row group being filled and those that arrived early.
+HELD_ROWS = (1 + EARLY_ROW_GROUPS) * ROW_GROUP_ROWS
+# An evaluation batch's working set per seed (sampled subgraph, its features and activations, GLT's
+# buffers, batches in flight): 1M-node demo graph, 4 workers, eval_batch_size 4096, fan-outs [10, 5]
+# (benchmarks/plan_validation.py, 2026-11-27 19:58 UTC): peak 1.14 GiB = 0.37 floor + 0.10 kept +
+# 0.08 outputs + 0.59 working set, about 3x train's at batches of 1024.
+WORKING_MIB_PER_SEED = 0.59 * 1024 / 4096
+# Per owned node for the whole step: its original id (an Arrow string, ~20 bytes) and its
+# completeness mark (one byte).
+PER_NODE_BYTES = 21
+# A Parquet output row beside its float32 values: the node id and the original id (a short
+# string, compressed); an estimate.
+ID_BYTES_PER_ROW = INT64 + 12
+
+
+def output_row_bytes(graph: GraphSize, config: GnnflowConfig) -> int:
+    """An output row: the embedding, and for classification the class probabilities and the class."""
+    probabilities = graph.classes * 4 + INT64 if config.task.type == "node_classification" else 0
+    return config.model.hidden_channels * 4 + probabilities
+
+
+def predict(graph: GraphSize, world_size: int, config: GnnflowConfig) -> StepPrediction:
+    """The infer step (sampled inference) at ``world_size`` workers."""
+    loading, shm, parts = worker_sizing.loading_peak(graph, world_size, config, "infer")
+    kept = sum(worker_sizing.kept_bytes(graph, world_size, config).values())
+    row = output_row_bytes(graph, config)
+    own = sum(share(n.rows, world_size) for n in graph.nodes)
+    outputs = min(own, HELD_ROWS) * row + own * PER_NODE_BYTES
+    working = WORKING_MIB_PER_SEED * config.training.eval_batch_size
+    with_outputs = worker_sizing.FLOOR_MIB + (kept + outputs) / MiB + working
+    peak = max(loading, with_outputs)
+    disk = graph.total_nodes * (row + ID_BYTES_PER_ROW) / MiB
+    return StepPrediction("infer", world_size, peak, shm, disk, parts=(*parts, ("outputs", outputs / MiB), ("evaluation batches", working)))
