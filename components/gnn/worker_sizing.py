@@ -24,7 +24,6 @@ FLOOR_MIB = 0.37 * 1024
 # left is GLT's C++ graph initialisation, which sorts a copy of ``indices`` to count distinct ids:
 # about 3 x 8 bytes per stored edge, before the node tables are read.
 SETUP_BYTES_PER_EDGE = 24
-SETUP_FEATURE_FACTOR = 0.0
 # Above the kept data during the epoch: batches, autograd, allocator arenas and the sampler's
 # per-id arrays, which grow with the whole graph. Fitted on the leaner worker's trainer peaks
 # (2026-11-27, plan_validation.py and RESULTS.md "A leaner worker"): 0.17 / 0.22 GiB above what is
@@ -86,11 +85,10 @@ def kept_bytes(graph: GraphSize, world_size: int, config: GnnflowConfig) -> dict
 
 
 def setup_transient_bytes(graph: GraphSize, world_size: int) -> float:
-    """Copies made while loading, above what is kept (see the constants): the CSR's sort over the
-    worker's stored edges and the reading of its own feature rows (copied tables or not)."""
+    """Copies made while loading, above what is kept (see the constants): GLT's sort of a copy of
+    ``indices`` over the worker's stored edges (feature rows are streamed into place: no copy)."""
     edges = sum(share(s.count, world_size) for s in graph.stored_edges() if s.message)
-    own_features = sum(share(n.rows, world_size) * n.row_feature_bytes for n in graph.nodes)
-    return SETUP_BYTES_PER_EDGE * edges + SETUP_FEATURE_FACTOR * own_features
+    return float(SETUP_BYTES_PER_EDGE * edges)
 
 
 def loading_peak(graph: GraphSize, world_size: int, config: GnnflowConfig, step: str) -> tuple[float, float, tuple[tuple[str, float], ...]]:
