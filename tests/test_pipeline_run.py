@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from components import storage
+from components.errors import GnnflowError
 from components.warehouse.clients import bigquery_client
 from pipelines.cli import main as gnnflow
 from pipelines.local_run import STATE_FILE
@@ -110,8 +111,8 @@ def test_a_run_stopped_by_sigterm_in_train_exits_75_and_its_rerun_resumes_train_
     before = storage.version(checkpoint)
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 300
-    while storage.version(checkpoint) == before and time.monotonic() < deadline and run.poll() is None:
-        time.sleep(0.05)  # a checkpoint of this run: train is under way
+    while _version_or_none(checkpoint) == before and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)  # a checkpoint of this run (or one being written): train is under way
     run.send_signal(signal.SIGTERM)
     _, stderr = run.communicate(timeout=120)
     assert run.returncode == 75, stderr[-3000:]
@@ -124,6 +125,15 @@ def test_a_run_stopped_by_sigterm_in_train_exits_75_and_its_rerun_resumes_train_
     assert storage.open_published(demo_run / "model").read_json("metrics.json")["epochs_run"] == 12
     assert "ProcessGroupGloo" not in rerun.stderr
     assert "UserWarning" not in rerun.stderr, rerun.stderr[-3000:]
+
+
+def _version_or_none(uri: Path) -> str | None:
+    """The file's version, or None while it is missing: a checkpoint's save moves the current file
+    aside before it writes the new one, so a poll can land between the two."""
+    try:
+        return storage.version(uri)
+    except GnnflowError:
+        return None
 
 
 def test_run_rejects_a_bad_override_before_any_step(tmp_path, capsys):

@@ -16,11 +16,14 @@ from components.infer.shard_stream import EARLY_ROW_GROUPS, ROW_GROUP_ROWS
 
 # Rows a worker holds while it writes: the row group being filled and those that arrived early.
 HELD_ROWS = (1 + EARLY_ROW_GROUPS) * ROW_GROUP_ROWS
-# An evaluation batch's working set per seed (sampled subgraph, its features and activations, GLT's
-# buffers, batches in flight): 1M-node demo graph, 4 workers, eval_batch_size 4096, fan-outs [10, 5]
-# (benchmarks/plan_validation.py, 2026-11-27 19:58 UTC): peak 1.14 GiB = 0.37 floor + 0.10 kept +
-# 0.08 outputs + 0.59 working set, about 3x train's at batches of 1024.
-WORKING_MIB_PER_SEED = 0.59 * 1024 / 4096
+# An evaluation batch's working set (sampled subgraph, its features and activations, GLT's buffers,
+# batches in flight): a part per seed and a part that grows with the graph (GLT's sampling buffers
+# and the feature lookups of remote rows, as train's epoch working set does). Fitted on the demo
+# graph's 1M and 4M probes at 2 and 4 workers, eval_batch_size 4096, fan-outs [10, 5]
+# (benchmarks/plan_validation.py, 2026-11-27): 0.415 GiB per 4,096 seeds + 0.10 GiB per million
+# nodes; the 8M probe, not fitted on, is then within 11% (RESULTS, "Sizing model").
+WORKING_MIB_PER_SEED = 0.415 * 1024 / 4096
+WORKING_MIB_PER_MILLION_NODES = 0.10 * 1024
 # Per owned node for the whole step: its original id (an Arrow string, ~20 bytes) and its
 # completeness mark (one byte).
 PER_NODE_BYTES = 21
@@ -42,7 +45,7 @@ def predict(graph: GraphSize, world_size: int, config: GnnflowConfig) -> StepPre
     row = output_row_bytes(graph, config)
     own = sum(share(n.rows, world_size) for n in graph.nodes)
     outputs = min(own, HELD_ROWS) * row + own * PER_NODE_BYTES
-    working = WORKING_MIB_PER_SEED * config.training.eval_batch_size
+    working = WORKING_MIB_PER_SEED * config.training.eval_batch_size + WORKING_MIB_PER_MILLION_NODES * graph.total_nodes / 1e6
     with_outputs = worker_sizing.FLOOR_MIB + (kept + outputs) / MiB + working
     peak = max(loading, with_outputs)
     disk = graph.total_nodes * (row + ID_BYTES_PER_ROW) / MiB

@@ -107,51 +107,69 @@ def check_edges(graph: LoadedGraph, metadata: GraphSchema) -> None:
 
 
 def partition_edges(graph: LoadedGraph, metadata: GraphSchema, by: str, part: GraphPartition) -> None:
-    """Renumbers, places and stores every loaded edge (taken out of ``graph`` type by type)."""
+    """Renumbers, places and stores every loaded edge (taken out of ``graph`` type by type).
+
+    A worker's edges are its largest tensors, so each column is dropped as soon as what replaces
+    it exists: at most about two copies of a worker's edge columns are alive at any time."""
     for name, edge in metadata.edge_types.items():
         loaded = graph.edges.pop(name)
-        src = part.directories[edge.src_type].lookup(loaded["src"])
-        dst = part.directories[edge.dst_type].lookup(loaded["dst"])
-        eid = loaded["edge_id"]
-        rows = {"features": loaded["features"], "split": loaded["split"]}
+        columns = {
+            "src": part.directories[edge.src_type].lookup(loaded.pop("src")),
+            "dst": part.directories[edge.dst_type].lookup(loaded.pop("dst")),
+            "source_edge_id": loaded.pop("edge_id"),
+            "features": loaded.pop("features"),
+            "split": loaded.pop("split"),
+        }
         del loaded
         if edge.undirected and edge.src_type == edge.dst_type:
-            src, dst = torch.cat([src, dst]), torch.cat([dst, src])
-            eid = torch.cat([eid, eid + edge.count])
-            rows = {k: torch.cat([v, v]) for k, v in rows.items()}
+            _add_reverse_copies(columns, edge.count)
         # Label pairs live with their anchor (source), whatever the message edges do.
-        _store_edges(name, (edge.src_type, edge.dst_type), src, dst, eid, rows, by if edge.role == "message" else "src", part)
+        message_by = by if edge.role == "message" else "src"
         if edge.undirected and edge.src_type != edge.dst_type:
             reverse = f"{edge.dst_type}__rev_{edge.relation}__{edge.src_type}"
-            _store_edges(reverse, (edge.dst_type, edge.src_type), dst, src, eid, rows, by, part)
+            flipped = columns | {"src": columns["dst"], "dst": columns["src"]}
+            _store_edges(name, (edge.src_type, edge.dst_type), columns, message_by, part)
+            _store_edges(reverse, (edge.dst_type, edge.src_type), flipped, by, part)
+        else:
+            _store_edges(name, (edge.src_type, edge.dst_type), columns, message_by, part)
 
 
-def _store_edges(
-    name: str,
-    ends: tuple[str, str],
-    src: torch.Tensor,
-    dst: torch.Tensor,
-    eid: torch.Tensor,
-    rows: dict[str, torch.Tensor],
-    by: str,
-    part: GraphPartition,
-) -> None:
-    """Sends each edge to the owner of its source (or destination) and renumbers it in the
-    owner's edge range, in compressed order (:func:`compressed_order`: reruns are bit-identical)."""
-    src_owner = range_owner(src, range_ends(part.node_counts[ends[0]]))
-    dst_owner = range_owner(dst, range_ends(part.node_counts[ends[1]]))
+def _add_reverse_copies(columns: dict[str, torch.Tensor], count: int) -> None:
+    """Appends the reverse of every edge (``count + i`` names the copy of edge ``i``), in place."""
+    columns["src"] = torch.cat([columns["src"], columns.pop("dst")])
+    half = len(columns["src"]) // 2
+    columns["dst"] = torch.cat([columns["src"][half:], columns["src"][:half]])
+    eid = columns["source_edge_id"]
+    columns["source_edge_id"] = torch.cat([eid, eid + count])
+    del eid
+    for key in ("features", "split"):
+        columns[key] = torch.cat([columns[key], columns[key]])
+
+
+def _store_edges(name: str, ends: tuple[str, str], columns: dict[str, torch.Tensor], by: str, part: GraphPartition) -> None:
+    """Sends each edge (``columns``: src, dst, source_edge_id, features, split, which it takes
+    out of the dict as it goes) to the owner of its source (or destination) and renumbers it in
+    the owner's edge range, in compressed order (:func:`compressed_order`: reruns are bit-identical)."""
+    src_owner = range_owner(columns["src"], range_ends(part.node_counts[ends[0]]))
+    dst_owner = range_owner(columns["dst"], range_ends(part.node_counts[ends[1]]))
     part.cut_edges[name] = all_sum_int(int((src_owner != dst_owner).sum()))
     owner = src_owner if by == "src" else dst_owner
     del src_owner, dst_owner
-    mine = exchange({"edge_index": torch.stack([src, dst], dim=1), "source_edge_id": eid, **rows}, owner, part.num_partitions)
+    mine = exchange(columns, owner, part.num_partitions, consume=True)
+    del owner
     at = 0 if by == "src" else 1  # the end whose owner stores the edge: GLT's compressed side
     owned = part.node_counts[ends[at]]
-    order, indptr = compressed_order(mine["edge_index"], mine["source_edge_id"], at, range_offset(owned, part.index), owned[part.index])
+    pairs = (mine["src"], mine["dst"])
+    order, indptr = compressed_order(pairs, mine["source_edge_id"], at, range_offset(owned, part.index), owned[part.index])
+    del pairs
     counts = all_gather_int(len(order), part.num_partitions)
     offset = range_offset(counts, part.index)
     part.edge_counts[name] = counts
+    edge_index = torch.empty((2, len(order)), dtype=torch.int64)
+    for row, end in enumerate(("src", "dst")):
+        torch.index_select(mine.pop(end), 0, order, out=edge_index[row])
     part.edges[name] = {
-        "edge_index": mine.pop("edge_index")[order].t().contiguous(),
+        "edge_index": edge_index,
         "indptr": indptr,
         "edge_id": torch.arange(offset, offset + len(order)),
         "source_edge_id": mine.pop("source_edge_id")[order],
@@ -161,21 +179,22 @@ def _store_edges(
 
 
 def compressed_order(
-    pairs: torch.Tensor, source_edge_id: torch.Tensor, at: int, first: int, owned: int
+    pairs: tuple[torch.Tensor, torch.Tensor], source_edge_id: torch.Tensor, at: int, first: int, owned: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(order, indptr) of a partition's (e, 2) edge ``pairs``: sorted by end ``at`` (ids
-    ``first .. first + owned - 1``, this partition's), then the other end, then source edge id;
-    indptr (owned + 1,) counts each owned node's edges. The order GLT's COO-to-CSR conversion
-    would give them (it sorts by both ends), computed here once so no worker sorts again."""
+    """(order, indptr) of a partition's edges ``pairs`` = (src (e,), dst (e,)): sorted by end
+    ``at`` (ids ``first .. first + owned - 1``, this partition's), then the other end, then source
+    edge id; indptr (owned + 1,) counts each owned node's edges. The order GLT's COO-to-CSR
+    conversion would give them (it sorts by both ends), computed here once so no worker sorts again."""
     indptr = torch.zeros(owned + 1, dtype=torch.int64)
-    if not len(pairs):
+    if not len(source_edge_id):
         return torch.zeros(0, dtype=torch.int64), indptr
     order = torch.argsort(source_edge_id)  # ties (repeated pairs) end in source edge id order
-    key = pairs[order, at].sub_(first)  # built in place: a partition's edges are its largest tensors
+    key = pairs[at][order].sub_(first)  # built in place: a partition's edges are its largest tensors
     torch.cumsum(torch.bincount(key, minlength=owned), 0, out=indptr[1:])
-    key.mul_(int(pairs[:, 1 - at].max()) + 1).add_(pairs[order, 1 - at])  # fits int64 below ~3e9 nodes a side
-    order = order[torch.sort(key, stable=True).indices]
-    return order, indptr
+    key.mul_(int(pairs[1 - at].max()) + 1).add_(pairs[1 - at][order])  # fits int64 below ~3e9 nodes a side
+    indices = torch.sort(key, stable=True).indices
+    del key
+    return order[indices], indptr
 
 
 def partition_graph(graph: LoadedGraph, metadata: GraphSchema, rank: int, world_size: int, options: PartitionSpec) -> GraphPartition:

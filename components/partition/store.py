@@ -25,18 +25,17 @@ import io
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import pyarrow.parquet as pq
 import torch
-from safetensors.torch import save as save_safetensors
 
 from components import storage
 from components.errors import GnnflowError
 from components.partition.books import range_offset
 from components.partition.partitioner import GraphPartition
-from components.partition.tensor_read import SHARED, Stream, Want, read_data, read_header
+from components.partition.tensor_read import DTYPES, SHARED, Stream, Want, read_data, read_header
 from components.schema import GraphSchema, stored_edge_types
 
 METADATA_FILE = "partition_metadata.json"
@@ -50,18 +49,52 @@ def original_ids_path(folder: str, node_type: str) -> str:
     return f"{folder}/original_ids/{node_type}.parquet"
 
 
+class _Writable(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+
+_SAFETENSORS_DTYPE = {dtype: name for name, dtype in DTYPES.items()}
+_WRITE_CHUNK = 16 << 20  # bytes per write (each copied once, for the checksum): bounded, whatever the tensor's size
+
+
+def write_tensors(stream: _Writable, tensors: dict[str, torch.Tensor]) -> None:
+    """Writes ``tensors`` to ``stream`` in the safetensors format, one tensor's bytes at a time:
+    nothing beside the tensors themselves is held, where safetensors' ``save`` would build the
+    whole file as one bytes object first (another copy of a partition's largest tensors)."""
+    header: dict[str, Any] = {}
+    position = 0
+    for name, tensor in tensors.items():
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": _SAFETENSORS_DTYPE[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [position, position + size]}
+        position += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned, as safetensors pads it
+    stream.write(len(encoded).to_bytes(8, "little"))
+    stream.write(encoded)
+    for tensor in tensors.values():
+        flat = tensor.contiguous().reshape(-1).view(torch.uint8).numpy()
+        for start in range(0, len(flat), _WRITE_CHUNK):
+            stream.write(flat[start : start + _WRITE_CHUNK].tobytes())  # bytes: the CRC32C extension takes no memoryview
+
+
 def tensor_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
-    return save_safetensors({k: v.contiguous() for k, v in tensors.items()})
+    """``tensors`` as one safetensors file's bytes (for small files and tests)."""
+    buffer = io.BytesIO()
+    write_tensors(buffer, tensors)
+    return buffer.getvalue()
 
 
 def write_partition(part: GraphPartition, staging: storage.OutputStaging) -> dict[str, storage.FileEntry]:
-    """Writes this worker's partition files; returns what it wrote, for the manifest."""
+    """Writes this worker's partition files; returns what it wrote, for the manifest. Each type's
+    tensors leave ``part`` once written, so the worker's memory falls as the files grow."""
     folder = part_folder(part.index)
     before = set(staging.entries)
-    for name, tensors in part.nodes.items():
-        staging.write_bytes(f"{folder}/nodes/{name}.safetensors", tensor_bytes(tensors))
-    for name, tensors in part.edges.items():
-        staging.write_bytes(f"{folder}/edges/{name}.safetensors", tensor_bytes(tensors))
+    for kind, types in (("edges", part.edges), ("nodes", part.nodes)):
+        for name in list(types):
+            tensors = types.pop(name)
+            with staging.open_write(f"{folder}/{kind}/{name}.safetensors") as stream:
+                write_tensors(stream, tensors)
+            del tensors
     return {k: v for k, v in staging.entries.items() if k not in before}
 
 

@@ -9,6 +9,7 @@ Neither ever materializes anything the size of the whole graph on one worker.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -46,15 +47,24 @@ def _sizes(destination: torch.Tensor, world_size: int) -> tuple[list[int], list[
     return send.tolist(), recv.tolist()
 
 
-def exchange(rows: Mapping[str, torch.Tensor], destination: torch.Tensor, world_size: int) -> dict[str, torch.Tensor]:
+def exchange(
+    rows: Mapping[str, torch.Tensor] | dict[str, torch.Tensor], destination: torch.Tensor, world_size: int, *, consume: bool = False
+) -> dict[str, torch.Tensor]:
     """Sends row ``i`` of every tensor to worker ``destination[i]``; returns the rows this worker got.
 
     All tensors share their first dimension; received rows come grouped by sender rank, each
-    sender's rows in their original order (so the result is deterministic).
+    sender's rows in their original order (so the result is deterministic). ``consume`` takes
+    each tensor out of ``rows`` (a dict) once it is sent, so that a caller holding no other
+    reference frees it before the next one's buffers exist.
     """
     order = torch.argsort(destination, stable=True)
     send_sizes, recv_sizes = _sizes(destination, world_size)
-    return {key: _all_to_all(tensor[order], send_sizes, recv_sizes) for key, tensor in rows.items()}
+    received = {}
+    for key in list(rows):
+        tensor = cast(dict, rows).pop(key) if consume else rows[key]
+        received[key] = _all_to_all(tensor[order], send_sizes, recv_sizes)
+        del tensor
+    return received
 
 
 def request(keys: torch.Tensor, destination: torch.Tensor, world_size: int, answer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
