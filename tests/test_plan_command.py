@@ -127,3 +127,37 @@ def test_compile_sizes_a_whole_config_and_lets_a_resources_only_one_through(conf
     only = tmp_path / "resources.yaml"
     only.write_text("resources:\n  runner: vertex\n  custom_job:\n    machine_type: n1-highcpu-2\n")
     assert check_compile_machines(str(only)) is None
+
+
+def test_a_parquet_split_column_is_counted_and_a_csv_one_estimated(tmp_path):
+    """Training seeds drive the epoch's time: a Parquet table's split column is read (one
+    column), a CSV one's is the random split's share, marked as an estimate."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from components.config import GnnflowConfig
+    from components.tables.row_counts import graph_size_from_tables
+
+    splits = ["train"] * 37 + ["val"] * 13 + ["none"] * 150
+    table = pa.table({"node_id": list(range(200)), "label": ["a", "b"] * 100, "split": splits, "f0": [0.5] * 200})
+    (tmp_path / "nodes").mkdir()
+    pq.write_table(table.slice(0, 120), tmp_path / "nodes" / "part-0.parquet")
+    pq.write_table(table.slice(120), tmp_path / "nodes" / "part-1.parquet")
+    pq.write_table(pa.table({"src": [0, 1], "dst": [1, 2]}), tmp_path / "edges.parquet")
+    node = {"uri": str(tmp_path / "nodes"), "id_column": "node_id", "label_column": "label", "split_column": "split"}
+    raw = {
+        "graph": {
+            "nodes": [node | {"features": [{"columns": ["f0"], "transform": "passthrough"}]}],
+            "edges": [{"uri": str(tmp_path / "edges.parquet"), "src_column": "src", "dst_column": "dst"}],
+        }
+    }
+    size = graph_size_from_tables(GnnflowConfig.model_validate(raw))
+    assert (size.train_seeds, size.estimated) == (37, False)
+    table.to_pandas().to_csv(tmp_path / "nodes.csv", index=False)
+    raw["graph"]["nodes"][0]["uri"] = str(tmp_path / "nodes.csv")
+    size = graph_size_from_tables(GnnflowConfig.model_validate(raw))
+    assert size.estimated and size.train_seeds == round(200 * GnnflowConfig.model_validate(raw).task.split.train)
+    pq.write_table(table.drop(["split"]), tmp_path / "nodes" / "part-1.parquet")
+    raw["graph"]["nodes"][0]["uri"] = str(tmp_path / "nodes")
+    with pytest.raises(GnnflowError, match=r"part-1.parquet has no column 'split' \(the split_column of its table\)"):
+        graph_size_from_tables(GnnflowConfig.model_validate(raw))

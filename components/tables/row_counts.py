@@ -174,25 +174,46 @@ def graph_size_from_tables(config: GnnflowConfig, exact_up_to: int | None = None
         estimated = estimated or count.estimated or guessed
         undirected = e.undirected and e.role == "message"
         edges.append(EdgeSize(e.src_type, e.type, e.dst_type, count.rows, undirected, width, storage_bytes(e), e.role))
-    return GraphSize(
-        tuple(nodes),
-        tuple(edges),
-        train_seeds=_train_seeds(config, nodes, edges),
-        estimated=True if estimated else _seeds_estimated(config),
-    )
+    seeds, seeds_estimated = _train_seeds(config, nodes, edges)
+    return GraphSize(tuple(nodes), tuple(edges), train_seeds=seeds, estimated=estimated or seeds_estimated)
 
 
-def _train_seeds(config: GnnflowConfig, nodes: list[NodeSize], edges: list[EdgeSize]) -> int:
-    """Training rows of the target: its rows times the random split's train fraction (a split
-    column's own share is known only after preprocessing)."""
+def _train_seeds(config: GnnflowConfig, nodes: list[NodeSize], edges: list[EdgeSize]) -> tuple[int, bool]:
+    """(training rows of the target, whether estimated): a Parquet table's split column is
+    counted (one column read); a CSV or BigQuery one's share is known only after preprocessing,
+    so its rows times the random split's train fraction stand in."""
     target = config.task_target
+    table: NodeTableSpec | EdgeTableSpec | None
     if config.task.type == "node_classification":
         rows = next(n.rows for n in nodes if n.name == target)
+        table = next((n for n in config.graph.nodes if n.type == target), None)
     else:
         rows = next((e.rows for e in edges if e.relation == target or e.name == target), 0)
-    return round(rows * config.task.split.train)
+        table = next((e for e in config.graph.edges if e.type == target or e.name == target), None)
+    if table is None or not table.split_column:
+        return round(rows * config.task.split.train), False
+    counted = split_rows(table, config.task.split.train_value)
+    return (round(rows * config.task.split.train), True) if counted is None else (counted, False)
 
 
-def _seeds_estimated(config: GnnflowConfig) -> bool:
-    tables: list[NodeTableSpec | EdgeTableSpec] = [*config.graph.nodes, *config.graph.edges]
-    return any(t.split_column for t in tables)
+def split_rows(spec: NodeTableSpec | EdgeTableSpec, value: str) -> int | None:
+    """Rows of ``spec``'s tables whose split column holds ``value``, read from the Parquet files'
+    one column in batches; None where the tables are CSV or BigQuery (a full scan to count)."""
+    if is_bigquery_uri(spec.uri):
+        return None
+    files = storage.expand_files(spec.uri)
+    if any(reading.file_format(uri, spec.format) != "parquet" for uri in files):
+        return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    column, total = str(spec.split_column), 0
+    for uri in files:
+        with storage.open_read(uri) as f:
+            parquet = pq.ParquetFile(f)
+            if column not in parquet.schema_arrow.names:
+                raise GnnflowError(f"{uri} has no column {column!r} (the split_column of its table)")
+            for batch in parquet.iter_batches(columns=[column], batch_size=1 << 20):
+                total += int(pc.sum(pc.equal(batch.column(0).cast(pa.string()), value)).as_py() or 0)
+    return total
