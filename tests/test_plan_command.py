@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from typing import Any
 
 import pytest
 
@@ -145,7 +146,7 @@ def test_a_parquet_split_column_is_counted_and_a_csv_one_estimated(tmp_path):
     pq.write_table(table.slice(120), tmp_path / "nodes" / "part-1.parquet")
     pq.write_table(pa.table({"src": [0, 1], "dst": [1, 2]}), tmp_path / "edges.parquet")
     node = {"uri": str(tmp_path / "nodes"), "id_column": "node_id", "label_column": "label", "split_column": "split"}
-    raw = {
+    raw: dict[str, Any] = {
         "graph": {
             "nodes": [node | {"features": [{"columns": ["f0"], "transform": "passthrough"}]}],
             "edges": [{"uri": str(tmp_path / "edges.parquet"), "src_column": "src", "dst_column": "dst"}],
