@@ -5,10 +5,11 @@ own process, on a streamed generated graph (:mod:`benchmarks.large_tables`).
         --features 128 --workers 4 --feature-storage int8 --out /work/scratch/largest [--free-disk]
 
 Per step: wall seconds, rows/s, the largest worker's peak RSS (alone / with children), the
-whole tree's, and the bytes of the step's output. ``--free-disk`` deletes each output once the
-next step has consumed it (tables after preprocess, preprocessed after serialize, TFRecords
-after partition), for a machine whose disk holds no more than two outputs at a time; the
-printed sizes are taken before deletion. Train: one epoch, batch 1024, fan-outs [10, 5];
+whole tree's, and the bytes of the step's output. ``--free-disk`` deletes each output's data files
+(those of 16 MiB or more) once the next step has consumed them (tables after preprocess,
+preprocessed after serialize, TFRecords after partition), for a machine whose disk holds no
+more than two outputs at a time; manifests and metadata stay, as train follows the partitions'
+lineage back to the preprocess run. The printed sizes are taken before deletion. Train: one epoch, batch 1024, fan-outs [10, 5];
 5% of the nodes are training seeds. Infer embeds every node.
 """
 
@@ -19,7 +20,6 @@ import json
 import os
 import pathlib
 import platform
-import shutil
 import sys
 import time
 
@@ -30,6 +30,19 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.large_tables import LargeGraph, table_config, write_edges, write_nodes  # noqa: E402
 from benchmarks.scale_probe import run_step  # noqa: E402
+
+
+# A consumed output keeps its manifest and metadata (train follows the partitions' lineage back to
+# the preprocess run's transforms and schema, and checks each manifest's generation); only its
+# data files go.
+KEPT_FILE_BYTES = 16 << 20
+
+
+def free_data_files(folder: pathlib.Path) -> None:
+    """Deletes ``folder``'s files of ``KEPT_FILE_BYTES`` or more (the rows: tables, shards)."""
+    for path in folder.rglob("*"):
+        if path.is_file() and path.stat().st_size >= KEPT_FILE_BYTES:
+            path.unlink()
 
 
 def folder_bytes(folder: pathlib.Path) -> int:
@@ -93,7 +106,7 @@ def main() -> None:
               f"{size / 2**30:.2f} | {load:.1f} |", flush=True)
         results.append({"step": step, "workers": workers, "output_bytes": size, "load_average": load, **measured})
         if args.free_disk and step in consumed_by:
-            shutil.rmtree(outputs[consumed_by[step]], ignore_errors=True)
+            free_data_files(outputs[consumed_by[step]])
     print(json.dumps(results))
 
 
