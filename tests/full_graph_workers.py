@@ -6,10 +6,12 @@ import torch
 import torch.nn.functional as F
 
 from components.config import ModelSpec
+from components.config.steps import PROPAGATION_TYPES
 from components.gnn.full_graph.encoder import encode, uses_gcn
 from components.gnn.full_graph.graph import aggregation_edges, build_full_graph
 from components.gnn.full_graph.node_task import all_reduce_gradients
 from components.gnn.model import NodeClassifier, NodeInput, build_encoder
+from components.gnn.propagation import build_propagation_encoder
 from components.partition.output import range_ends, range_owner
 from components.runtime.launcher import WorkerContext
 
@@ -17,9 +19,36 @@ EDGE_TYPE = ("node", "to", "node")
 
 
 def classifier(spec: ModelSpec, in_dim: int, num_nodes: int, num_classes: int) -> NodeClassifier:
-    """The train step's node classifier (PyG's GraphSAGE or GCN stack and a linear head)."""
-    encoder = build_encoder(spec, {"node": NodeInput(in_dim, num_nodes)}, [EDGE_TYPE], {})
+    """The train step's node classifier (PyG's GraphSAGE or GCN stack, or APPNP or GCNII, and a linear head)."""
+    inputs = {"node": NodeInput(in_dim, num_nodes)}
+    propagates = spec.type in PROPAGATION_TYPES
+    encoder = build_propagation_encoder(spec, inputs, [EDGE_TYPE]) if propagates else build_encoder(spec, inputs, [EDGE_TYPE], {})
     return NodeClassifier(encoder, spec.hidden_channels, num_classes, "node")
+
+
+def random_case(counts: list[int], edge_assignment: str, block_rows: int, specs: dict[str, ModelSpec], seed: int) -> dict:
+    """A random directed graph with duplicate edges, self-loops and two isolated nodes; 12
+    features, 3 classes, about half the nodes training; each of ``specs`` with fixed weights."""
+    g = torch.Generator().manual_seed(seed)
+    n, in_dim, num_classes = sum(counts), 12, 3
+    src, dst = torch.randint(0, n - 2, (2, 150), generator=g)
+    loops = torch.arange(0, n - 2, 7)
+    edge_index = torch.cat([torch.stack([src, dst]), torch.stack([src[:10], dst[:10]]), torch.stack([loops, loops])], dim=1)
+    models = {}
+    for i, (name, spec) in enumerate(specs.items()):
+        torch.manual_seed(i)
+        models[name] = (spec, classifier(spec, in_dim, n, num_classes).state_dict())
+    return {
+        "counts": counts,
+        "edge_assignment": edge_assignment,
+        "block_rows": block_rows,
+        "num_classes": num_classes,
+        "edge_index": edge_index,
+        "x": torch.randn(n, in_dim, generator=g),
+        "y": torch.randint(0, num_classes, (n,), generator=g),
+        "train": torch.rand(n, generator=g) < 0.5,
+        "models": models,
+    }
 
 
 def full_graph_pass(ctx: WorkerContext, case: dict) -> dict:

@@ -63,7 +63,7 @@ def test_relative_table_paths_resolve_against_the_config_folder(tmp_path):
         (MINIMAL + "training: {fan_outs: {follows: [5, 5]}}\n", "training.fan_outs names 'follows', not an edge type of graph.edges"),
         (MINIMAL + "training: {fan_outs: {default: [5]}}\n", "training.fan_outs['default'] has 1 entries but model.num_layers is 2"),
         (MINIMAL + "training: {fan_outs: [5, 0]}\n", "training.fan_outs holds [5, 0]: each hop samples a positive number"),
-        (MINIMAL + "model: {type: gin}\n", "key 'model.type': Input should be 'graphsage', 'gat', 'rgcn' or 'gcn'"),
+        (MINIMAL + "model: {type: gin}\n", "key 'model.type': Input should be 'graphsage', 'gat', 'rgcn', 'gcn', 'appnp' or 'gcnii'"),
         (MINIMAL + "model: {type: gat, attention_heads: 3}\n", "model.attention_heads 3 does not divide model.hidden_channels 64"),
     ],
 )

@@ -26,7 +26,7 @@ from components.infer.step import infer
 from components.partition.output import read_metadata, read_original_ids, read_partition
 from components.runtime.launcher import launch
 from components.train.step import train
-from tests.full_graph_workers import classifier, full_graph_pass
+from tests.full_graph_workers import classifier, full_graph_pass, random_case
 from tests.shared_datasets import citeseer_test_chance
 from tests.test_citeseer import citeseer_graph, needs_citeseer
 from tests.train_kill import kill_a_worker_then_resume
@@ -43,28 +43,9 @@ SPECS = {
 
 
 def small_case(counts: list[int], edge_assignment: str, block_rows: int, models: list[str]) -> dict:
-    """A random directed graph with duplicate edges, self-loops and two isolated nodes; 12
-    features (layer 1 projects to 6 before aggregating), 3 classes, about half the nodes training."""
-    g = torch.Generator().manual_seed(7)
-    n, in_dim, num_classes = sum(counts), 12, 3
-    src, dst = torch.randint(0, n - 2, (2, 150), generator=g)
-    loops = torch.arange(0, n - 2, 7)
-    edge_index = torch.cat([torch.stack([src, dst]), torch.stack([src[:10], dst[:10]]), torch.stack([loops, loops])], dim=1)
-    models_with_weights = {}
-    for name in models:
-        torch.manual_seed(len(models_with_weights))
-        models_with_weights[name] = (SPECS[name], classifier(SPECS[name], in_dim, n, num_classes).state_dict())
-    return {
-        "counts": counts,
-        "edge_assignment": edge_assignment,
-        "block_rows": block_rows,
-        "num_classes": num_classes,
-        "edge_index": edge_index,
-        "x": torch.randn(n, in_dim, generator=g),
-        "y": torch.randint(0, num_classes, (n,), generator=g),
-        "train": torch.rand(n, generator=g) < 0.5,
-        "models": models_with_weights,
-    }
+    """A random graph (tests/full_graph_workers.py) with the ``models`` of SPECS; layer 1 of the
+    GraphSAGE ones projects the 12 features to 6 before aggregating."""
+    return random_case(counts, edge_assignment, block_rows, {name: SPECS[name] for name in models}, seed=7)
 
 
 def reference(case: dict, name: str) -> dict:
@@ -160,7 +141,7 @@ def _raw_config(**sections) -> dict:
 @pytest.mark.parametrize(
     ("update", "message"),
     [
-        ({"model": {"type": "gat"}}, "training.mode full_graph supports model.type graphsage or gcn, not gat"),
+        ({"model": {"type": "gat"}}, "training.mode full_graph supports model.type graphsage, gcn, appnp or gcnii, not gat"),
         ({"task": {"type": "link_prediction"}}, "training.mode full_graph supports task.type node_classification, not link_prediction"),
         (
             {

@@ -144,14 +144,18 @@ def test_run_rejects_a_bad_override_before_any_step(tmp_path, capsys):
     assert "key 'training.epoch' does not name a config field" in capsys.readouterr().err
     # A model that exact inference cannot run is refused before preprocess, not after training.
     assert gnnflow(["run", "--output", str(tmp_path / "t"), "--infer-mode", "exact", "--set", "model.type=gat"]) == 2
-    assert "infer --mode exact supports model.type graphsage or gcn; this config has model.type gat" in capsys.readouterr().err
+    assert (
+        "infer --mode exact supports model.type graphsage, gcn, appnp or gcnii; this config has model.type gat" in capsys.readouterr().err
+    )
     assert not (tmp_path / "t" / "preprocessed").exists()
     # --force means nothing to kfp.local (it reruns every task): said, not silently ignored.
     assert gnnflow(["run", "--via", "kfp-local", "--force", "--output", str(tmp_path / "u")]) == 2
     assert "--force has no effect with --via kfp-local" in capsys.readouterr().err
     assert not (tmp_path / "u").exists()
     assert gnnflow(["run", "--via", "kfp-local", "--output", str(tmp_path / "v"), "--infer-mode", "exact", "--set", "model.type=rgcn"]) == 2
-    assert "infer --mode exact supports model.type graphsage or gcn; this config has model.type rgcn" in capsys.readouterr().err
+    assert (
+        "infer --mode exact supports model.type graphsage, gcn, appnp or gcnii; this config has model.type rgcn" in capsys.readouterr().err
+    )
     assert not (tmp_path / "v" / "config.resolved.yaml").exists()
 
 

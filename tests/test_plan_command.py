@@ -53,7 +53,7 @@ def test_json_prints_one_world_size_in_the_promised_shape(config_file, capsys):
     assert data["world_size"] == 2 and set(data["steps"]) == {"partition", "train", "infer"}
     assert set(data["steps"]["train"]) == {"peak_rss_mib_per_worker", "shm_mib_per_worker", "disk_mib", "epoch_s"}
     assert data["machine_type"] == "n2-highmem-2"  # the smallest of the series asked for that holds a small graph
-    assert 400 < data["steps"]["train"]["peak_rss_mib_per_worker"] < 1024  # the import floor and little data
+    assert 0.37 * 1024 < data["steps"]["train"]["peak_rss_mib_per_worker"] < 1024  # the import floor and little data
 
 
 def test_a_preprocessed_output_gives_exact_counts_and_a_wrong_one_is_named(config_file, tmp_path, capsys):

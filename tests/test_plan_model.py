@@ -73,14 +73,22 @@ def test_train_keeps_features_labels_and_the_csr_and_adds_the_larger_of_setup_an
         "learnt embeddings": 0,
         "CSR": 1001 * 8 + 3000 * 8,  # indptr, indices; no edge ids without edge features
     }
-    transient = worker_sizing.setup_transient_bytes(_graph(), 2)
-    assert transient == 24 * 3000
+    transient = worker_sizing.setup_transient_bytes(_graph(), 2, _config())
+    assert transient == worker_sizing.SETUP_BYTES_PER_EDGE * 3000
     prediction = train_sizing.predict(_graph(), 2, _config())
-    graph_nodes = _graph().total_nodes
-    extra = max(transient / MiB, worker_sizing.EPOCH_WORKING_MIB + worker_sizing.EPOCH_WORKING_MIB_PER_NODE * graph_nodes)
+    working = worker_sizing.EPOCH_WORKING_MIB_PER_SQRT_MILLION_NODES * (_graph().total_nodes / 1e6) ** 0.5
+    extra = max(transient / MiB, working)
     assert prediction.peak_rss_mib_per_worker == pytest.approx(worker_sizing.FLOOR_MIB + sum(kept.values()) / MiB + extra)
     # /dev/shm: the worker's features, its adjacency (indptr over every node, indices and edge ids), 1 MiB of queues
     assert prediction.shm_mib_per_worker == pytest.approx((20_000 + 1001 * 8 + 3000 * 16) / MiB + 1.0)
+
+
+def test_copying_whole_tables_costs_the_peers_rows_on_their_way_in():
+    """Two workers copy the whole table (ratio 1.5): the peers' rows arrive in a buffer once,
+    which outweighs GLT's sort of the edges on a graph with wide rows."""
+    graph = GraphSize((NodeSize("node", 1_000_000, 100, 4, labeled=True),), (EdgeSize("node", "edge", "node", 1_000_000),), train_seeds=10)
+    assert worker_sizing.setup_transient_bytes(graph, 2, _config(ratio=1.5)) == 500_000 * 400
+    assert worker_sizing.setup_transient_bytes(graph, 2, _config(ratio=0.0)) == worker_sizing.SETUP_BYTES_PER_EDGE * 1_000_000
 
 
 def test_narrower_feature_storage_shrinks_features_by_its_bytes():
@@ -112,6 +120,19 @@ def test_infer_adds_its_output_rows_and_writes_them():
     assert infer_sizing.output_row_bytes(_graph(), config) == row + 8
     assert prediction.disk_mib == pytest.approx(1000 * (row + 8 + infer_sizing.ID_BYTES_PER_ROW) / MiB)
     assert prediction.peak_rss_mib_per_worker >= train_sizing.predict(_graph(), 2, config).peak_rss_mib_per_worker
+
+
+def test_correct_and_smooth_counts_the_held_target_rows_and_its_matrices():
+    """A graph whose target rows dwarf the rest: smoothing's held rows set infer's peak."""
+    graph = GraphSize(
+        (NodeSize("node", 40_000_000, 4, 1, labeled=True),), (EdgeSize("node", "edge", "node", 40_000_000),), train_seeds=10, classes=40
+    )
+    plain = infer_sizing.predict(graph, 2, _config()).peak_rss_mib_per_worker
+    smoothing = with_updates({**_config().model_dump(mode="json"), "infer": {"smoothing": "correct_and_smooth"}})
+    smoothed = infer_sizing.predict(graph, 2, smoothing).peak_rss_mib_per_worker
+    own, row = 20_000_000, infer_sizing.output_row_bytes(graph, smoothing) + infer_sizing.PER_NODE_BYTES
+    held = own * (row + infer_sizing.SMOOTHING_MATRICES * 40 * 4) + 40_000_000 * infer_sizing.SMOOTHING_BYTES_PER_EDGE
+    assert smoothed > plain and smoothed >= held / MiB
 
 
 def test_the_machine_table_knows_compute_engines_ratios():

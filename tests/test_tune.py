@@ -116,10 +116,16 @@ def test_trial_zero_is_the_config_as_given(study, tiny_config):
         "model.hidden_channels": config.model.hidden_channels,
         "model.dropout": config.model.dropout,
         "training.weight_decay": config.training.weight_decay,
+        "model.type": "gat",  # gat's type only: graphsage's aggregation, appnp's and gcnii's parameters are not searched
         "training.fan_outs": config.training.fan_outs,
     }
     outside = apply_overrides(config, {"training.learning_rate": 0.5, "model.hidden_channels": 96}, "test")
-    assert set(config_values(space, outside)) == {"model.dropout", "training.weight_decay", "training.fan_outs"}  # not in the space
+    assert set(config_values(space, outside)) == {
+        "model.dropout",
+        "training.weight_decay",
+        "model.type",
+        "training.fan_outs",
+    }  # not in the space
     widened, notes = holding_config(space, outside)
     assert config_values(widened, outside) == {**config_values(space, outside), "training.learning_rate": 0.5, "model.hidden_channels": 96}
     assert notes == [
@@ -333,7 +339,9 @@ def test_train_refuses_a_trial_argument_that_is_not_a_dotted_key():
 def test_default_space_follows_the_task_and_the_model(tiny_config):
     config = load_config(str(tiny_config))  # node classification, GATv2 with one head, fan-outs [15, 10]
     space = default_space(config)
-    assert space.keys == ["training.learning_rate", "model.hidden_channels", "model.dropout", "training.weight_decay", "training.fan_outs"]
+    basics = ["training.learning_rate", "model.hidden_channels", "model.dropout", "training.weight_decay"]
+    models = ["model.type", "model.aggregation", "model.propagation_steps", "model.teleport", "model.identity_strength", "model.num_layers"]
+    assert space.keys == [*basics, *models, "training.fan_outs"]  # gat has no full-graph form: no training.mode
     assert next(p for p in space.params if p.key == "training.fan_outs").choices == ([5, 5], [10, 10], [15, 10], [25, 15])
     link = apply_overrides(config, {"task.type": "link_prediction", "model.attention_heads": 3, "model.hidden_channels": 48}, "test")
     space = default_space(link)

@@ -162,7 +162,23 @@ def test_tuning_pipeline_submission_sends_the_study_to_vertex(recorder, gcs_buck
     job = spec["root"]["dag"]["tasks"]["hyperparameter-tuning-job"]
     # No --space: the default space of node classification was compiled.
     ids = [p["parameter_id"] for p in _constant(job, "study_spec_parameters")]
-    assert ids == ["training.learning_rate", "model.hidden_channels", "model.dropout", "training.weight_decay", "training.fan_outs"]
+    assert ids == [
+        "training.learning_rate",
+        "model.hidden_channels",
+        "model.dropout",
+        "training.weight_decay",
+        "model.type",
+        "training.mode",
+    ]
+    # Conditional keys nest under the key they name, with the parent's values that turn them on.
+    nested = {
+        c["parameter_spec"]["parameter_id"]: (p["parameter_id"], sorted(c["parent_categorical_values"]["values"]))
+        for p in _constant(job, "study_spec_parameters")
+        for c in p.get("conditional_parameter_specs", [])
+    }
+    assert nested["training.fan_outs"] == ("training.mode", ["sampled"])
+    assert nested["model.propagation_steps"] == ("model.type", ["appnp"])
+    assert nested["model.identity_strength"] == ("model.type", ["gcnii"])
     assert _constant(job, "max_trial_count") == 4
     assert yaml.safe_load(post.json["runtimeConfig"]["parameterValues"]["config"]) == load_config(config_uri).model_dump(mode="json")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import yaml
 from pydantic import Field, model_validator
 
+from components.config.inference import InferSpec
 from components.config.registry import RegistrySpec
 from components.config.resources import OutputSpec, ResourcesSpec
 from components.config.sections import GraphSpec, TaskSpec, _Section
@@ -24,6 +25,7 @@ class GnnflowConfig(_Section):
     model: ModelSpec = Field(default_factory=ModelSpec, description="The model: GraphSAGE, GATv2 or R-GCN.")
     training: TrainingSpec = Field(default_factory=TrainingSpec, description="Steps train and infer.")
     retrieval: RetrievalSpec = Field(default_factory=RetrievalSpec, description="Step infer: top-k candidates for link prediction.")
+    infer: InferSpec = Field(default_factory=InferSpec, description="Step infer: smoothing of node classification's predictions.")
     resources: ResourcesSpec = Field(
         default_factory=ResourcesSpec,
         description="Workers of the multi-worker steps, where they run (local or Vertex AI CustomJobs), and task requests.",
@@ -79,10 +81,9 @@ class GnnflowConfig(_Section):
             {"training.fan_outs": fan_outs} if isinstance(fan_outs, list) else {f"training.fan_outs[{k!r}]": v for k, v in fan_outs.items()}
         )
         for key, values in lists.items():
-            if len(values) != self.model.num_layers and self.training.mode == "sampled":  # full_graph samples nothing
-                raise ValueError(
-                    f"{key} has {len(values)} entries but model.num_layers is {self.model.num_layers}: give one fan-out per layer"
-                )
+            reason = self.model.hops_error(len(values))
+            if reason is not None and self.training.mode == "sampled":  # full_graph samples nothing
+                raise ValueError(f"{key} has {len(values)} entries but {reason}")
             if any(v <= 0 for v in values):
                 raise ValueError(f"{key} holds {values}: each hop samples a positive number of neighbours")
         if isinstance(fan_outs, dict):
@@ -105,23 +106,24 @@ class GnnflowConfig(_Section):
     @model_validator(mode="after")
     def _gcn_fits(self) -> GnnflowConfig:
         messages = [e for e in self.graph.edges if e.role == "message"]
-        if self.model.type == "gcn" and (len(self.graph.nodes) > 1 or len(messages) > 1 or not self.graph.nodes[0].features):
+        homogeneous_only = ("gcn", "appnp", "gcnii")  # no per-relation form (yet): one normalised adjacency
+        if self.model.type in homogeneous_only and (len(self.graph.nodes) > 1 or len(messages) > 1 or not self.graph.nodes[0].features):
             raise ValueError(
-                f"model.type gcn supports homogeneous graphs with node features; this config has {len(self.graph.nodes)} "
+                f"model.type {self.model.type} supports homogeneous graphs with node features; this config has {len(self.graph.nodes)} "
                 f"node types, {len(messages)} edge types{'' if self.graph.nodes[0].features else ', no node features'}"
             )
         return self
 
     @model_validator(mode="after")
     def _full_graph_fits(self) -> GnnflowConfig:
-        """training.mode full_graph: node classification, graphsage or gcn, one node type with features, one edge type."""
+        """training.mode full_graph: node classification, graphsage, gcn, appnp or gcnii, one node type with features, one edge type."""
         if self.training.mode != "full_graph":
             return self
         messages = [e for e in self.graph.edges if e.role == "message"]
         if self.task.type != "node_classification":
             raise ValueError(f"training.mode full_graph supports task.type node_classification, not {self.task.type}")
-        if self.model.type not in ("graphsage", "gcn"):
-            raise ValueError(f"training.mode full_graph supports model.type graphsage or gcn, not {self.model.type}")
+        if self.model.type not in ("graphsage", "gcn", "appnp", "gcnii"):
+            raise ValueError(f"training.mode full_graph supports model.type graphsage, gcn, appnp or gcnii, not {self.model.type}")
         if len(self.graph.nodes) > 1 or len(messages) > 1:
             raise ValueError(
                 f"training.mode full_graph supports homogeneous graphs (one node type, one edge type); this config has "
@@ -139,6 +141,21 @@ class GnnflowConfig(_Section):
             raise ValueError(
                 f"retrieval.enabled needs model.decoder dot: an index searches inner products, "
                 f"model.decoder {self.model.decoder} scores pairs otherwise"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _smoothing_fits(self) -> GnnflowConfig:
+        if self.infer.smoothing == "none":
+            return self
+        if self.task.type != "node_classification":
+            raise ValueError(f"infer.smoothing {self.infer.smoothing} needs task.type node_classification, not {self.task.type}")
+        target = self.task_target
+        if not any(e.src_type == e.dst_type == target for e in self.graph.edges if e.role == "message"):
+            raise ValueError(
+                f"infer.smoothing {self.infer.smoothing} propagates over edges between nodes of the target type {target!r}, "
+                f"and graph.edges has none (its edge types join {sorted({(e.src_type, e.dst_type) for e in self.graph.edges})}): "
+                "set infer.smoothing to none"
             )
         return self
 

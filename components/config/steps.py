@@ -109,7 +109,11 @@ class PartitionSpec(_Section):
 
 
 NegativeKind = Literal["random", "hard", "in_batch"]
-ModelType = Literal["graphsage", "gat", "rgcn", "gcn"]
+ModelType = Literal["graphsage", "gat", "rgcn", "gcn", "appnp", "gcnii"]
+# Models that propagate over the whole sampled subgraph, however many hops deep (see ModelSpec.hops_error).
+PROPAGATION_TYPES = ("appnp", "gcnii")
+# gcnii's model.num_layers when the config gives none: see ModelSpec.num_layers.
+GCNII_DEFAULT_LAYERS = 16
 
 
 class ModelSpec(_Section):
@@ -118,11 +122,42 @@ class ModelSpec(_Section):
         description="graphsage: mean/max/sum of neighbours (SAGEConv); gat: attention over neighbours (GATv2Conv), "
         "using edge features where a type has them; rgcn: one weight per relation (R-GCN, GraphConv per edge type); "
         "gcn: GCN's symmetric-normalised sum over neighbours and the node itself (GCNConv; aggregation does not apply). "
-        "graphsage, gat and rgcn work for both tasks, on homogeneous and heterogeneous graphs; gcn on homogeneous graphs "
-        "with node features. infer --mode exact and training.mode full_graph need graphsage or gcn on a homogeneous graph.",
+        "appnp: an MLP of the node features, then propagation_steps steps of personalized PageRank with teleport "
+        "(APPNP); gcnii: a linear input layer, then num_layers GCNII layers (GCN2Conv: initial residual teleport, "
+        "identity mapping identity_strength). "
+        "graphsage, gat and rgcn work for both tasks, on homogeneous and heterogeneous graphs; gcn, appnp and gcnii on "
+        "homogeneous graphs with node features. infer --mode exact and training.mode full_graph need graphsage, gcn, "
+        "appnp or gcnii on a homogeneous graph.",
     )
     hidden_channels: int = Field(64, gt=0, description="Width of every layer; also the embedding size.")
-    num_layers: int = Field(2, gt=0, description="Message-passing layers (hops); must equal the length of every training.fan_outs list.")
+    num_layers: int = Field(
+        2,
+        gt=0,
+        description="Message-passing layers (hops); must equal the length of every training.fan_outs list. appnp: the "
+        "MLP's linear layers (2, as in the APPNP paper), and training.fan_outs may have 1 to propagation_steps entries. "
+        f"gcnii: its GCN2Conv layers (default {GCNII_DEFAULT_LAYERS}; the paper's deep setting is 64, but on a sampled "
+        "subgraph a few hops deep the extra layers add little and cost time), and training.fan_outs may have 1 to "
+        "num_layers entries.",
+    )
+    propagation_steps: int = Field(
+        10,
+        ge=1,
+        description="appnp: K, the steps of personalized-PageRank propagation h <- (1 - teleport) * A h + teleport * h0 "
+        "(A: the symmetric-normalised adjacency with self-loops); 10 as in the APPNP paper (Gasteiger et al., ICLR 2019).",
+    )
+    teleport: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="appnp: the teleport probability alpha, the share of the MLP's output h0 mixed back in at every step; "
+        "gcnii: the initial residual alpha, the same role. 0.1 in both papers (APPNP; GCNII, Chen et al., ICML 2020).",
+    )
+    identity_strength: float = Field(
+        0.5,
+        gt=0,
+        description="gcnii: lambda (PyG's theta) of the identity mapping: layer l mixes in its weight matrix with strength "
+        "beta_l = log(lambda / l + 1); 0.5 as in the GCNII paper.",
+    )
     attention_heads: int = Field(1, gt=0, description="gat: attention heads per layer (concatenated; must divide hidden_channels).")
     dropout: float = Field(0.5, ge=0, lt=1, description="Dropout between layers.")
     aggregation: Literal["mean", "max", "sum"] = Field("mean", description="graphsage, rgcn: how a node aggregates its neighbours.")
@@ -144,6 +179,30 @@ class ModelSpec(_Section):
         "with the subgraph, their gradients go back to the owner (training.embedding_optimizer). replicated: one "
         "nn.Embedding of the whole type on every worker, all-reduced densely by DDP each step (O(nodes) per worker).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gcnii_depth(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("type") == "gcnii" and data.get("num_layers") is None:
+            return {**data, "num_layers": GCNII_DEFAULT_LAYERS}
+        return data
+
+    def hops_error(self, hops: int) -> str | None:
+        """Why a sampled subgraph ``hops`` deep (a fan-out list that long) does not fit this model; None if it does.
+
+        Stacks of layers read exactly one hop per layer. appnp and gcnii propagate over the whole
+        sampled subgraph, whatever its depth, but K steps (layers) reach K hops only: a deeper
+        sample would never be read.
+        """
+        if self.type == "appnp":
+            reach, name = self.propagation_steps, "model.propagation_steps"
+        elif self.type == "gcnii":
+            reach, name = self.num_layers, "model.num_layers"
+        else:
+            return None if hops == self.num_layers else f"model.num_layers is {self.num_layers}: give one fan-out per layer"
+        if hops <= reach:
+            return None
+        return f"{name} is {reach}: model.type {self.type} reads at most {reach} hops, so sample at most {reach}"
 
 
 # GLT 0.2.4's CUDA sampler draws with replacement from its own unseeded generator: gnnflow's

@@ -10,9 +10,11 @@ from __future__ import annotations
 from torch import nn
 
 from components.config import GnnflowConfig
+from components.config.steps import PROPAGATION_TYPES
 from components.feature_storage.codec import codec_of
 from components.gnn.learnt_embeddings import uses_sharded_embeddings
 from components.gnn.model import EdgeType, LinkPredictor, NodeClassifier, NodeInput, build_encoder, set_feature_codecs
+from components.gnn.propagation import build_propagation_encoder
 from components.schema import GraphSchema, stored_edge_types
 
 
@@ -51,7 +53,10 @@ def build_model(schema: GraphSchema, config: GnnflowConfig, edge_dir: str) -> nn
     inputs = {t: NodeInput(n.feature_dim, n.count, sharded) for t, n in schema.node_types.items()}
     edge_types = batch_edge_types(schema, edge_dir)
     edge_dims = {edge_types[name]: schema.edge_types[forward_edge_name(name)].feature_dim for name in edge_types}
-    encoder = build_encoder(spec, inputs, list(edge_types.values()), {e: d for e, d in edge_dims.items() if d})
+    if spec.type in PROPAGATION_TYPES:
+        encoder: nn.Module = build_propagation_encoder(spec, inputs, list(edge_types.values()))
+    else:
+        encoder = build_encoder(spec, inputs, list(edge_types.values()), {e: d for e, d in edge_dims.items() if d})
     node_codecs = {t: codec_of(n, f"node type {t!r}") for t, n in schema.node_types.items()}
     edge_codecs = {edge_types[name]: codec_of(schema.edge_types[forward_edge_name(name)], f"edge type {name!r}") for name in edge_types}
     set_feature_codecs(encoder, node_codecs, edge_codecs)

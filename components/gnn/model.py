@@ -216,6 +216,8 @@ def build_encoder(spec: ModelSpec, inputs: dict[str, NodeInput], edge_types: lis
     full-graph training and exact inference rebuild it layer by layer), a ``HeteroEncoder`` otherwise."""
     (node_type, node), *others = inputs.items()
     homogeneous = not others and len(edge_types) == 1 and node.feature_dim
+    if spec.type in ("appnp", "gcnii"):
+        raise GnnflowError(f"model.type {spec.type} is built by components.gnn.propagation (components.gnn.build.build_model)")
     if spec.type == "gcn":
         if not homogeneous:
             raise GnnflowError("model.type gcn supports homogeneous graphs with node features (one node type, one edge type)")

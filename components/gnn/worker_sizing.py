@@ -4,13 +4,15 @@ it makes on the way: the part of the sizing model (``gnnflow plan``) that train 
 A trainer's peak (benchmarks/RESULTS.md, "where a trainer's peak goes, 4M and 8M nodes") is in
 its setup, not its epoch: the import floor, what it keeps (its features, labels and GLT's CSR,
 in shared memory, plus whole feature tables copied from peers), and the transient copies made
-while it reads its partition files and GLT converts the edges to CSR. In the epoch it holds the
-kept part plus a working set for batches. The constants below are measured; when the workers'
+while GLT initialises its graph or the peers' rows arrive. In the epoch it holds the kept part
+plus a working set for batches. The constants below are measured; when the workers'
 loading changes (issue 39's leaner worker), rerun ``benchmarks/plan_validation.py`` and refit.
 Pure arithmetic on a :class:`~components.graph_size.GraphSize`.
 """
 
 from __future__ import annotations
+
+import math
 
 from components.config import GnnflowConfig
 from components.gnn.shared_memory import WorkerShape, sampled_worker_need, whole_table_types
@@ -22,14 +24,20 @@ FLOOR_MIB = 0.37 * 1024
 # Setup transients (after issue 39's leaner worker: partition files are streamed into the tensors
 # GLT keeps and the CSR is stored, so neither the files nor a COO-to-CSR sort are copied). What is
 # left is GLT's C++ graph initialisation, which sorts a copy of ``indices`` to count distinct ids:
-# about 3 x 8 bytes per stored edge, before the node tables are read.
-SETUP_BYTES_PER_EDGE = 24
+# 8 bytes per stored edge and the sort's buffer. Bounded by measurement: at 25M nodes (50M stored
+# edges a worker, 4 workers, RESULTS "The largest graph") the whole peak above what is kept was
+# 0.68 GiB, 14.6 bytes per stored edge, so no more than that goes to these copies.
+SETUP_BYTES_PER_EDGE = 12
 # Above the kept data during the epoch: batches, autograd, allocator arenas and the sampler's
-# per-id arrays, which grow with the whole graph. Fitted on the leaner worker's trainer peaks
-# (2026-11-27, plan_validation.py and RESULTS.md "A leaner worker"): 0.17 / 0.22 GiB above what is
-# kept at 1M nodes (4 / 2 workers), 0.31-0.40 GiB at 4M: 0.13 GiB + 0.06 GiB per million nodes.
-EPOCH_WORKING_MIB = 0.13 * 1024
-EPOCH_WORKING_MIB_PER_NODE = 0.06 * 1024 / 1e6
+# per-id arrays, which grow with the graph, but less than in proportion. Fitted on the leaner
+# worker's 4-worker trainer peaks at 1M, 4M and 8M nodes (2026-11-27, plan_validation.py: 0.17,
+# 0.31-0.34 and 0.38 GiB above what is kept): 0.155 GiB x sqrt(million nodes); the 25M-node run,
+# not fitted on, is then within 4%.
+EPOCH_WORKING_MIB_PER_SQRT_MILLION_NODES = 0.155 * 1024
+# Copying whole feature tables (``training.feature_cache_ratio``): the peers' rows arrive in a
+# buffer before they are placed, about once their bytes (2-worker trainer peaks at 1M, 4M and 8M:
+# 0.22, 0.64 and 1.26 GiB above what is kept, against 0.14, 0.57 and 1.13 GiB of peers' rows).
+WHOLE_TABLE_COPY_FACTOR = 1.0
 NODE_ID_SPLIT_BYTES = INT64 + 1
 
 
@@ -84,19 +92,22 @@ def kept_bytes(graph: GraphSize, world_size: int, config: GnnflowConfig) -> dict
     return kept
 
 
-def setup_transient_bytes(graph: GraphSize, world_size: int) -> float:
+def setup_transient_bytes(graph: GraphSize, world_size: int, config: GnnflowConfig) -> float:
     """Copies made while loading, above what is kept (see the constants): GLT's sort of a copy of
-    ``indices`` over the worker's stored edges (feature rows are streamed into place: no copy)."""
+    ``indices`` over the worker's stored edges (own feature rows are streamed into place: no
+    copy), or the peers' rows of whole feature tables on their way in, whichever is larger."""
     edges = sum(share(s.count, world_size) for s in graph.stored_edges() if s.message)
-    return float(SETUP_BYTES_PER_EDGE * edges)
+    copied = set(whole_table_types(worker_shape(graph, world_size), world_size - 1, config.training.feature_cache_ratio))
+    peers = sum((n.rows - share(n.rows, world_size)) * n.row_feature_bytes for n in graph.nodes if n.name in copied)
+    return float(max(SETUP_BYTES_PER_EDGE * edges, WHOLE_TABLE_COPY_FACTOR * peers))
 
 
 def loading_peak(graph: GraphSize, world_size: int, config: GnnflowConfig, step: str) -> tuple[float, float, tuple[tuple[str, float], ...]]:
     """(peak MiB, /dev/shm MiB, the peak's terms in MiB) of the largest worker of ``world_size``,
     through its setup and an epoch's batches."""
     kept = kept_bytes(graph, world_size, config)
-    transient = setup_transient_bytes(graph, world_size)
-    working = EPOCH_WORKING_MIB + EPOCH_WORKING_MIB_PER_NODE * graph.total_nodes
+    transient = setup_transient_bytes(graph, world_size, config)
+    working = EPOCH_WORKING_MIB_PER_SQRT_MILLION_NODES * math.sqrt(graph.total_nodes / 1e6)
     peak = FLOOR_MIB + sum(kept.values()) / MiB + max(transient / MiB, working)
     need = sampled_worker_need(
         worker_shape(graph, world_size),
@@ -106,5 +117,10 @@ def loading_peak(graph: GraphSize, world_size: int, config: GnnflowConfig, step:
         multiprocess=config.training.sampling == "multiprocess",
         step=step,
     )
-    parts = (("import floor", FLOOR_MIB), *((k, v / MiB) for k, v in kept.items() if v), ("setup copies", transient / MiB))
+    parts = (
+        ("import floor", FLOOR_MIB),
+        *((k, v / MiB) for k, v in kept.items() if v),
+        ("setup copies", transient / MiB),
+        ("epoch working set", working),
+    )
     return peak, need.total / MiB, parts

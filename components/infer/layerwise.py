@@ -1,4 +1,4 @@
-"""Exact inference: full-neighbourhood GraphSAGE or GCN over the whole graph, without sampling.
+"""Exact inference: full-neighbourhood GraphSAGE or GCN, or APPNP's and GCNII's propagation, over the whole graph, without sampling.
 
 Homogeneous graphs only. It runs the trained encoder with the full-graph machinery of
 :mod:`components.gnn.full_graph` (the one ``training.mode: full_graph`` trains with): each
@@ -36,7 +36,7 @@ CPU = torch.device("cpu")
 
 def check_exact_config(config: GnnflowConfig) -> None:
     """A GnnflowError, before anything runs, when ``--mode exact`` cannot serve ``config``'s
-    graph and model (exact inference rebuilds the plain GraphSAGE or GCN stack on one node type)."""
+    graph and model (exact inference rebuilds the plain GraphSAGE or GCN stack, or APPNP or GCNII, on one node type)."""
     graph, model = config.graph, config.model
     messages = [e for e in graph.edges if e.role == "message"]
     if len(graph.nodes) > 1 or len(messages) > 1:
@@ -44,9 +44,10 @@ def check_exact_config(config: GnnflowConfig) -> None:
             f"infer --mode exact supports homogeneous graphs; this config has {len(graph.nodes)} node types and "
             f"{len(messages)} edge types: use --mode sampled"
         )
-    if model.type not in ("graphsage", "gcn"):
+    if model.type not in ("graphsage", "gcn", "appnp", "gcnii"):
         raise GnnflowError(
-            f"infer --mode exact supports model.type graphsage or gcn; this config has model.type {model.type}: use --mode sampled"
+            f"infer --mode exact supports model.type graphsage, gcn, appnp or gcnii; this config has model.type {model.type}: "
+            "use --mode sampled"
         )
     if not graph.nodes[0].features:
         raise GnnflowError(
@@ -91,11 +92,11 @@ def exact_outputs(
     seconds = time.perf_counter() - start
     plan = graph.plan
     log.info(
-        "rank %d: %s: %d nodes embedded exactly (%d layers, %d edges, %.1f%% of them read from other workers) in %.1fs (%s)",
+        "rank %d: %s: %d nodes embedded exactly (%s, %d edges, %.1f%% of them read from other workers) in %.1fs (%s)",
         rank,
         node_type,
         plan.num_rows,
-        len(encoder.convs),
+        full_graph.depth(encoder),
         plan.edges,
         100 * plan.remote_edges / max(plan.edges, 1),
         seconds,

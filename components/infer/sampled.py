@@ -18,7 +18,7 @@ from components.infer.restore import RestoredModel
 from components.infer.sinks import OutputSinks
 from components.partition.output import StoredPartition
 from components.runtime import watchdog
-from components.runtime.runlog import rate
+from components.runtime.runlog import progress, rate
 from components.schema import stored_edge_types
 
 log = logging.getLogger("gnnflow.infer")
@@ -113,6 +113,8 @@ def sampled_outputs(
         seeds = _loader_seeds(setup, own, batch_size)
         loader = node_loader(setup, dataset, (node_type, seeds) if hetero else seeds, batch_size=batch_size, shuffle=False)
         start = time.perf_counter()
+        # Rank 0's share stands for every worker's (they hold equal shares): one bar, not one per worker.
+        bar = progress(f"infer {node_type} (rank 0's nodes)", unit="nodes", total=len(own)) if setup.ctx.rank == 0 else None
         with sinks.open(node_type) as sink:
             for batch in watchdog.batches(loader, working="evaluating"):
                 ids, embeddings = _embed_batch(module, batch, node_type)
@@ -120,7 +122,11 @@ def sampled_outputs(
                 embeddings = module.embed(embeddings) if link else embeddings
                 if len(own):
                     sink.add(NodeOutputs(*setup.placement.to_host((ids.clone(), embeddings, probabilities))))
+                if bar is not None:
+                    bar.update(min(len(ids), max(len(own) - bar.n, 0)))
             loader.shutdown()
+        if bar is not None:
+            bar.close()
         seconds = time.perf_counter() - start
         counts[node_type] = len(own)
         log.info(

@@ -8,6 +8,7 @@ import contextlib
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +16,8 @@ import pyarrow.parquet as pq
 import torch
 
 from components import storage
-from components.infer.shard_stream import ROW_GROUP_ROWS, ShardSpec, ShardStream, shard_stream
+from components.infer.outputs import NodeOutputs
+from components.infer.shard_stream import ROW_GROUP_ROWS, ShardSpec, shard_stream
 from components.partition.output import StoredPartition, original_ids_path, part_folder
 
 
@@ -24,6 +26,14 @@ def original_id_column(partitions: storage.PublishedOutput, index: int, node_typ
     Arrow string array (a few bytes a node; Python strings would cost about 60)."""
     table = pq.read_table(io.BytesIO(partitions.read_bytes(original_ids_path(part_folder(index), node_type))), columns=["original_id"])
     return table.column("original_id").combine_chunks().cast(pa.string())
+
+
+class RowSink(Protocol):
+    """Where one node type's outputs go as they are computed (a :class:`.shard_stream.ShardStream`, or a holder)."""
+
+    most_early_rows: int
+
+    def add(self, out: NodeOutputs) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -57,7 +67,7 @@ class OutputSinks:
         )
 
     @contextlib.contextmanager
-    def open(self, node_type: str) -> Iterator[ShardStream]:
+    def open(self, node_type: str) -> Iterator[RowSink]:
         """The stream of ``node_type``'s shard; see :func:`.shard_stream.shard_stream`."""
         with shard_stream(self.staging, self.spec(node_type), self.row_group_rows) as stream:
             yield stream

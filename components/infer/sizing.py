@@ -30,6 +30,12 @@ PER_NODE_BYTES = 21
 # A Parquet output row beside its float32 values: the node id and the original id (a short
 # string, compressed); an estimate.
 ID_BYTES_PER_ROW = INT64 + 12
+# infer.smoothing: correct_and_smooth holds the target's rows until smoothed, plus per own target
+# node the propagated matrices (residuals, their start, the neighbours' sum, the clamped start and
+# the smoothed rows: five of classes float32 each) and per own stored edge between target nodes
+# the ring's edge lists and fetch indices (components/infer/smoothing_stage.py); arithmetic, not measured.
+SMOOTHING_MATRICES = 5
+SMOOTHING_BYTES_PER_EDGE = 3 * INT64
 
 
 def output_row_bytes(graph: GraphSize, config: GnnflowConfig) -> int:
@@ -47,6 +53,19 @@ def predict(graph: GraphSize, world_size: int, config: GnnflowConfig) -> StepPre
     outputs = min(own, HELD_ROWS) * row + own * PER_NODE_BYTES
     working = WORKING_MIB_PER_SEED * config.training.eval_batch_size + WORKING_MIB_PER_MILLION_NODES * graph.total_nodes / 1e6
     with_outputs = worker_sizing.FLOOR_MIB + (kept + outputs) / MiB + working
-    peak = max(loading, with_outputs)
+    peak = max(loading, with_outputs, worker_sizing.FLOOR_MIB + (kept + _smoothing_bytes(graph, world_size, config)) / MiB)
     disk = graph.total_nodes * (row + ID_BYTES_PER_ROW) / MiB
     return StepPrediction("infer", world_size, peak, shm, disk, parts=(*parts, ("outputs", outputs / MiB), ("evaluation batches", working)))
+
+
+def _smoothing_bytes(graph: GraphSize, world_size: int, config: GnnflowConfig) -> float:
+    """What Correct & Smooth holds beside the loaded graph (0 without ``infer.smoothing``)."""
+    if config.infer.smoothing == "none" or config.task.type != "node_classification":
+        return 0.0
+    target = next((n for n in graph.nodes if n.name == config.task_target), None)
+    if target is None:
+        return 0.0
+    own = share(target.rows, world_size)
+    edges = sum(share(e.count, world_size) for e in graph.stored_edges() if e.message and e.compressed_type == target.name)
+    rows = own * (output_row_bytes(graph, config) + PER_NODE_BYTES + SMOOTHING_MATRICES * graph.classes * 4)
+    return float(rows + edges * SMOOTHING_BYTES_PER_EDGE)

@@ -7,6 +7,8 @@ Modes: ``sampled`` (GLT distributed neighbor loader with the training fan-outs, 
 homogeneous graphs; see :mod:`.layerwise`).
 Link prediction embeds over the training edges only, as training sampled, so the test edges it
 scores never carried messages.
+With ``infer.smoothing: correct_and_smooth`` the classification target's rows are held, smoothed
+with Correct & Smooth over the partitions and only then written (:mod:`.smoothing_stage`).
 
 
 Output layout and names: :mod:`.output`.
@@ -23,6 +25,7 @@ import torch.distributed as dist
 
 from components import storage
 from components.config import GnnflowConfig
+from components.config.steps import PROPAGATION_TYPES
 from components.errors import GnnflowError
 from components.gnn.device import Placement, check_device, worker_placement
 from components.gnn.link_labels import hard_negative_pairs, positive_pairs, training_edges
@@ -42,6 +45,7 @@ from components.infer.retrieval import write_retrieval
 from components.infer.retrieval_metrics import retrieval_metrics
 from components.infer.schema_fit import check_model_fits
 from components.infer.sinks import OutputSinks, original_id_column
+from components.infer.smoothing_stage import HoldingSinks, check_smoothing, smooth_and_write
 from components.partition.output import STEP as PARTITION_STEP
 from components.partition.output import StoredPartition, read_metadata
 from components.runtime import watchdog
@@ -130,15 +134,21 @@ def _exact(
     return counts
 
 
-def _classification_metrics(staging: storage.OutputStaging, part: StoredPartition, originals: dict, rank: int) -> dict[str, float]:
-    """Every worker reads its own target shard back; the confusion matrices are summed."""
+def _classification_metrics(
+    staging: storage.OutputStaging, part: StoredPartition, originals: dict, rank: int, splits: tuple[str, ...] = ("test",)
+) -> dict[str, float]:
+    """Every worker reads its own target shard back; the confusion matrices are summed.
+    ``<split>_accuracy``, ``_macro_f1`` and ``_count`` of each of ``splits``."""
     schema = part.metadata.schema
     target, nodes = schema.target, part.nodes[schema.target]
     table, rows = read_own(staging, rank, target, ["prediction"], originals[target])
     vocabulary = schema.node_types[target].label_vocabulary or []
-    confusion = shard_confusion(table, rows, nodes["label"], nodes["split"], vocabulary, str(staging.uri(shards.shard_path(target, rank))))
-    metrics = classification_metrics(all_sum(confusion))
-    return {"test_accuracy": metrics["accuracy"], "test_macro_f1": metrics["macro_f1"], "test_count": metrics["count"]}
+    where = str(staging.uri(shards.shard_path(target, rank)))
+    figures: dict[str, float] = {}
+    for split in splits:
+        metrics = classification_metrics(all_sum(shard_confusion(table, rows, nodes["label"], nodes["split"], vocabulary, where, split)))
+        figures |= {f"{split}_accuracy": metrics["accuracy"], f"{split}_macro_f1": metrics["macro_f1"], f"{split}_count": metrics["count"]}
+    return figures
 
 
 def _link_metrics(
@@ -240,7 +250,8 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
         reuse_freed_memory()
     originals = {t: original_id_column(partitions, ctx.rank, t) for t in schema.node_types}  # this partition's only
     # Each node type's shard is written while it is embedded, and checked to hold every node once.
-    sinks = OutputSinks(staging, part, originals, cold)
+    smoothing = job.config.infer.smoothing != "none"  # then the target's rows are held, smoothed, then written
+    sinks = HoldingSinks(staging, part, originals, cold, hold=schema.target) if smoothing else OutputSinks(staging, part, originals, cold)
     start = time.perf_counter()
     model.module.to(placement.device)
     if job.mode == "exact":
@@ -248,14 +259,20 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     else:
         counts = _sampled(ctx, job, part, model, placement, threads, sinks)
     model.module.cpu()  # the link metrics below score host embeddings
-    seconds = time.perf_counter() - start  # embedding and writing
+    smoothed: dict[str, float] = {}  # the metrics of the model's own predictions, before smoothing
+    if isinstance(sinks, HoldingSinks):
+        watchdog.mark("computing")
+        smoothed = smooth_and_write(sinks, job.config.infer, ctx.world_size, job.config.training.full_graph_block_rows)
+    seconds = time.perf_counter() - start  # embedding (smoothing) and writing
     watchdog.mark("writing")
     retrieval = _retrieval(staging, part, originals, ctx, job.config, threads) if job.config.retrieval_on else {}
     # After this every shard is written: rank 0 may read any of them.
     gathered: list = [None] * ctx.world_size
     cold_counts = {t: int(flags.sum()) for t, flags in cold.items()} if cold is not None else None
     dist.all_gather_object(gathered, (staging.entries, counts, seconds, cold_counts))
-    if schema.task_type == "node_classification":
+    if schema.task_type == "node_classification" and smoothing:  # the shards' accuracies are the smoothed ones
+        metrics = _classification_metrics(staging, part, originals, ctx.rank, ("val", "test")) | smoothed
+    elif schema.task_type == "node_classification":
         metrics = _classification_metrics(staging, part, originals, ctx.rank)
     else:
         metrics = _link_metrics(staging, part, originals, model, ctx, job.config.training.seed) | retrieval
@@ -263,7 +280,8 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     if ctx.rank != 0:
         dist.barrier()  # nobody leaves while rank 0 may still talk to it
         return None
-    metrics = {"mode": job.mode, **(metrics or {})}  # type: ignore[dict-item]  # mode beside the floats
+    named = {"mode": job.mode, **({"smoothing": job.config.infer.smoothing} if smoothing else {})}
+    metrics = {**named, **(metrics or {})}  # type: ignore[dict-item]  # mode (and smoothing) beside the floats
     if cold is not None:  # partitions other than the model's own: how many nodes it had no row of
         metrics |= cold_metrics([g[3] for g in gathered])
     staging.write_json(METRICS_FILE, metrics)
@@ -312,6 +330,7 @@ def infer(
             f"and {len(schema.message_edge_types)} edge types: use --mode sampled"
         )
     check_device(config.training)
+    check_smoothing(config.infer, schema, str(partitions.root))
     check_model_fits(model_output, schema, partitions.root)
     elsewhere = trained_elsewhere(model_output, partitions)
     if elsewhere:
@@ -322,7 +341,10 @@ def infer(
         check_encoder(restored.module.encoder)
     fan_outs = config.training.fan_outs
     lengths = {len(v) for v in (fan_outs.values() if isinstance(fan_outs, dict) else [fan_outs])}
-    if mode == "sampled" and lengths != {restored.spec.num_layers}:
+    reasons = sorted({reason for n in lengths if (reason := restored.spec.hops_error(n))})
+    if mode == "sampled" and reasons and restored.spec.type in PROPAGATION_TYPES:
+        raise GnnflowError(f"training.fan_outs has {'/'.join(map(str, sorted(lengths)))} entries but {reasons[0]}")
+    if mode == "sampled" and reasons:
         raise GnnflowError(
             f"training.fan_outs has {'/'.join(map(str, sorted(lengths)))} entries, the model has {restored.spec.num_layers} "
             "layers: give one fan-out per layer"

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from components.config import parse_config
+from components.config.steps import PROPAGATION_TYPES
 from components.errors import GnnflowError
 from components.gnn.build import forward_edge_name, uses_edge_features
 from components.infer.cold_start import trained_elsewhere
@@ -86,11 +87,13 @@ class Predictor:
             retrieval = Retrieval(edge.dst_type, stored, store, edge.src_type == edge.dst_type)
         torch.set_num_threads(serving_threads())
         fan_outs = {r.stored: config.fan_outs_of(forward_edge_name(r.stored)) for r in store.relations}
+        # appnp and gcnii propagate over a subgraph as deep as training sampled, not one hop per layer.
+        hops = max(map(len, fan_outs.values())) if restored.spec.type in PROPAGATION_TYPES else restored.spec.num_layers
         predictor = cls(
             store=store,
             restored=restored,
             module=restored.module,
-            layers=restored.spec.num_layers,
+            layers=hops,
             fan_outs=fan_outs,
             salt=config.training.seed,
             features=FeatureEncoder(state, list(schema.node_types)) if state is not None else None,
@@ -100,11 +103,11 @@ class Predictor:
             schema_=_serving_schema(store, state),
         )
         log.info(
-            "serving: %s on %s loaded (%s, %d layers, fan-outs %s); existing nodes: %s",
+            "serving: %s on %s loaded (%s, %d hops, fan-outs %s); existing nodes: %s",
             published.root,
             store.local.published.root,
             schema.task_type,
-            restored.spec.num_layers,
+            hops,
             fan_outs,
             "stored exact embeddings" if predictor.stored is not None else "computed over full neighbourhoods",
         )

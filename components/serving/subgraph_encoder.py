@@ -2,7 +2,7 @@
 
 The subgraph lists nodes and edges hop by hop, as a GLT batch does, so the encoders run
 layer-trimmed (:mod:`components.gnn.hop_trimming`): each layer computes only the nodes the next
-one reads. GCN runs on the whole subgraph, as sampled training ran it.
+one reads. GCN, APPNP and GCNII run on the whole subgraph, as sampled training ran them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from torch import nn
 
 from components.gnn.hop_trimming import LayerSlice, TypedLayerSlice
 from components.gnn.model import HeteroEncoder, HomogeneousGCN, HomogeneousSAGE
+from components.gnn.propagation import PropagationEncoder
 from components.serving.neighbourhood import Subgraph
 
 # node type, (n,) ids (new nodes negative) → (n, width) float32 input rows
@@ -46,12 +47,12 @@ def prepare(encoder: nn.Module) -> None:
 def encode_seeds(encoder: nn.Module, sub: Subgraph, inputs: InputRows, layers: int) -> dict[str, torch.Tensor]:
     """Node type → (seeds of the type, hidden) embeddings, in seed order."""
     seeds = {t: c[0] for t, c in sub.node_counts.items()}
-    if isinstance(encoder, (HomogeneousSAGE, HomogeneousGCN)):
+    if isinstance(encoder, (HomogeneousSAGE, HomogeneousGCN, PropagationEncoder)):
         (node_type,) = sub.nodes
         (edge_type,) = sub.edges
         features = torch.from_numpy(inputs(node_type, sub.nodes[node_type]))
         edge_index = torch.from_numpy(sub.edges[edge_type])
-        if isinstance(encoder, HomogeneousGCN):
+        if isinstance(encoder, (HomogeneousGCN, PropagationEncoder)):
             return {node_type: encoder(features, edge_index)[: seeds[node_type]]}
         slices = [LayerSlice(s.sources[node_type], s.targets[node_type], s.edges[edge_type]) for s in typed_slices(sub, layers)]
         return {node_type: encoder.forward_trimmed(features, edge_index, slices)}

@@ -38,6 +38,7 @@ from components.gnn.link_task import LinkTask
 from components.gnn.metrics import all_sum
 from components.gnn.model import HomogeneousGCN, HomogeneousSAGE
 from components.gnn.node_task import NodeTask
+from components.gnn.propagation import PropagationEncoder
 from components.gnn.sampling import RPC_THREADS, SamplingSetup
 from components.gnn.shared_memory import check_at_worker_start
 from components.partition.output import STEP as PARTITION_STEP
@@ -101,7 +102,9 @@ def _sampled_setup(
     model = build_model(schema, config, edge_dir).to(placement.device)  # initialised on the CPU: the same weights anywhere
     # Typed encoders leave parameters unused in a batch (an edge type or node type it lacks).
     ddp = DistributedDataParallel(
-        model, device_ids=placement.ddp_device_ids, find_unused_parameters=not isinstance(model.encoder, (HomogeneousSAGE, HomogeneousGCN))
+        model,
+        device_ids=placement.ddp_device_ids,
+        find_unused_parameters=not isinstance(model.encoder, (HomogeneousSAGE, HomogeneousGCN, PropagationEncoder)),
     )
 
     def stop() -> None:

@@ -47,8 +47,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument("--trials", type=int, required=True, help="number of trials")
     parser.add_argument(
         "--space",
-        help="search space YAML: dotted model.* / training.* keys to {type: float|int|categorical, low, high, log, choices}; "
-        "default: learning rate, hidden width, dropout, weight decay, fan-outs (link prediction: also negatives and decoder)",
+        help="search space YAML: dotted model.* / training.* keys to {type: float|int|categorical, low, high, log, choices, "
+        "when: {KEY: [VALUES]}} (when: searched only in trials whose categorical KEY took one of VALUES); default: learning "
+        "rate, hidden width, dropout, weight decay, fan-outs; node classification: also the model type with each type's own "
+        "parameters and the training mode where the graph allows; link prediction: also negatives and decoder",
     )
     parser.add_argument("--parallel", type=int, default=1, help="trials at once, each with resources.world_size workers (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the TPE sampler (default 0)")

@@ -6,6 +6,7 @@ generation folder that holds every file)::
     trials.csv          trial, each parameter, the validation metric (the mean of --repeats seeds), the
                         metric per seed, epochs_run, seconds, state, error
     best_config.yaml    the config with the best trial's parameters: gnnflow run --config accepts it
+                        (a trial's conditional parameters it did not search are the config's own)
     trials.png          the metric of every trial and the best so far (640 × 400)
     tuning.html         the plot, the best trial, the space and the trials table in one page
     study.json          the same figures, for scripts
@@ -66,6 +67,8 @@ def best_config_yaml(result: TuneResult) -> str:
         *(f"#   {key}: {encode(value)}" for key, value in best.params.items()),
         "# Run it with: gnnflow run --config best_config.yaml",
     ]
+    if result.best_config.training.mode == "full_graph":  # its validation figure came from whole-graph propagation
+        lines.append("# It trains full-graph, validated over the whole graph: infer it the same way with --infer-mode exact")
     return "\n".join(lines) + "\n" + result.best_config.to_yaml()
 
 

@@ -38,7 +38,16 @@ from components.train.output import METRICS_FILE, VALIDATION_METRIC
 from components.train.step import train
 from pipelines.local_run import RunOutputs, run_steps
 from pipelines.tune.records import TrialRecord, TuneResult, best_trial
-from pipelines.tune.space import Param, SearchSpace, config_values, default_space, encode, holding_config, load_space
+from pipelines.tune.space import (
+    Param,
+    SearchSpace,
+    config_values,
+    default_space,
+    encode,
+    holding_config,
+    load_space,
+    searched_by_config,
+)
 
 log = logging.getLogger("gnnflow.tune")
 
@@ -107,14 +116,15 @@ def startup_trials(trials: int) -> int:
 
 def tpe_sampler(options: TuneOptions) -> Any:
     """Seeded TPE; multivariate, since learning rate and weight decay (or width and dropout) act
-    together, which per-parameter TPE cannot model."""
+    together, which per-parameter TPE cannot model; grouped, so that conditional parameters are
+    modelled jointly among the trials that searched them (the trials of one model type)."""
     import warnings
 
     import optuna
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # multivariate is marked experimental
-        return optuna.samplers.TPESampler(seed=options.seed, n_startup_trials=startup_trials(options.trials), multivariate=True)
+        return optuna.samplers.TPESampler(seed=options.seed, n_startup_trials=startup_trials(options.trials), multivariate=True, group=True)
 
 
 def _suggest(trial: Any, param: Param) -> Any:
@@ -126,6 +136,16 @@ def _suggest(trial: Any, param: Param) -> Any:
     # Optuna stores categorical choices as plain values: lists (fan-outs) travel as their text.
     texts = [encode(c) for c in param.choices]
     return param.choices[texts.index(trial.suggest_categorical(param.key, texts))]
+
+
+def sample(trial: Any, space: SearchSpace) -> dict[str, Any]:
+    """A trial's parameters: each parameter in order, a conditional one only when its condition holds
+    on the values drawn before it (the others keep the config's value, and are not the trial's)."""
+    params: dict[str, Any] = {}
+    for param in space.params:
+        if param.when is None or param.when.holds(params):
+            params[param.key] = _suggest(trial, param)
+    return params
 
 
 def params_of(trial: Any, space: SearchSpace) -> dict[str, Any]:
@@ -156,7 +176,7 @@ class _Objective:
 
     def __call__(self, trial: Any) -> float:
         s = self.study
-        params = {p.key: _suggest(trial, p) for p in s.space.params}
+        params = sample(trial, s.space)
         label = f"trial {trial.number} ({trial.number + 1}/{s.options.trials})"
         log.info("%s: %s", label, _shown(params))
         start = time.perf_counter()
@@ -270,11 +290,13 @@ def run_study(base: GnnflowConfig, output: storage.Uri, space: SearchSpace, opti
     study = optuna.create_study(direction="maximize", sampler=tpe_sampler(options))
     # Trial 0 is the config as given (prepare widened the space to hold it): the study then reports what tuning
     # gained over it on validation, and never recommends a config whose validation figure is below it.
+    # A conditional key whose condition the config does not meet is not searched in trial 0 (nor set: the config's value stays).
     baseline = config_values(space, base)
-    missing = [p.key for p in space.params if p.key not in baseline]
+    searched = searched_by_config(space, base)
+    missing = [p.key for p in searched if p.key not in baseline]
     if missing:
         raise GnnflowError(f"search space {space.source}: key '{missing[0]}' does not hold the config's value (trial 0)")
-    study.enqueue_trial({p.key: encode(baseline[p.key]) if p.type == "categorical" else baseline[p.key] for p in space.params})
+    study.enqueue_trial({p.key: encode(baseline[p.key]) if p.type == "categorical" else baseline[p.key] for p in searched})
     log.info("trial 0: the config as given (%s)", _shown(baseline))
     objective = _Objective(study_setup)
     try:

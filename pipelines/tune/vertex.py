@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from components.config import GnnflowConfig, ResourcesSpec
-from pipelines.tune.space import SearchSpace, encode
+from pipelines.tune.space import Param, SearchSpace, encode
 from pipelines.vertex_job import check_accelerator
 from pipelines.vertex_machines import check_custom_job_machines
 
@@ -27,20 +27,25 @@ FIXED_TRIAL_ARGS = ["--set", "training.evaluate_test=false"]
 
 
 def parameter_specs(space: SearchSpace) -> list[dict[str, Any]]:
-    """The space as Vertex AI ``StudySpec.parameters`` (through the SDK's specs and gcpc's serializer)."""
+    """The space as Vertex AI ``StudySpec.parameters`` (through the SDK's specs and gcpc's serializer);
+    a conditional parameter nests in its parent's ``conditional_parameter_specs`` with its
+    ``parent_categorical_values``, as Vertex AI searches it only where the parent took them."""
     from google.cloud.aiplatform import hyperparameter_tuning as hpt
     from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import serialize_parameters
 
-    specs: dict[str, Any] = {}
-    for p in space.params:
+    def spec(p: Param) -> Any:
+        children = {c.key: spec(c) for c in space.params if c.when is not None and c.when.key == p.key}
+        nested: dict[str, Any] = {"conditional_parameter_spec": children or None}
+        if p.when is not None:
+            nested["parent_values"] = [encode(v) for v in p.when.values]
         scale = "log" if p.log else "linear"
         if p.type == "float":
-            specs[p.key] = hpt.DoubleParameterSpec(min=p.bounds[0], max=p.bounds[1], scale=scale)
-        elif p.type == "int":
-            specs[p.key] = hpt.IntegerParameterSpec(min=int(p.bounds[0]), max=int(p.bounds[1]), scale=scale)
-        else:
-            specs[p.key] = hpt.CategoricalParameterSpec(values=[encode(c) for c in p.choices])
-    return serialize_parameters(specs)
+            return hpt.DoubleParameterSpec(min=p.bounds[0], max=p.bounds[1], scale=scale, **nested)
+        if p.type == "int":
+            return hpt.IntegerParameterSpec(min=int(p.bounds[0]), max=int(p.bounds[1]), scale=scale, **nested)
+        return hpt.CategoricalParameterSpec(values=[encode(c) for c in p.choices], **nested)
+
+    return serialize_parameters({p.key: spec(p) for p in space.params if p.when is None})
 
 
 def metric_specs(metric: str) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from components.services import deadline
 from components.services.endpoints import credentials_for
 from pipelines.tune.records import TrialRecord, TuneResult, best_trial
 from pipelines.tune.results import publish
-from pipelines.tune.space import Param, SearchSpace, decode, encode
+from pipelines.tune.space import Condition, Param, SearchSpace, decode, encode
 
 log = logging.getLogger("gnnflow.tune")
 
@@ -40,7 +40,13 @@ def space_json(space: SearchSpace) -> str:
 
 def space_from_json(text: str) -> SearchSpace:
     raw = json.loads(text)
-    return SearchSpace(tuple(Param(**{**p, "choices": tuple(p["choices"])}) for p in raw["params"]), raw["source"])
+
+    def param(p: dict[str, Any]) -> Param:
+        when = p.get("when")
+        condition = Condition(when["key"], tuple(when["values"])) if when else None
+        return Param(**{**p, "choices": tuple(p["choices"]), "when": condition})
+
+    return SearchSpace(tuple(param(p) for p in raw["params"]), raw["source"])
 
 
 def _job_name(gcp_resources: str) -> tuple[str, str]:

@@ -1,6 +1,7 @@
 """The GraphSAGE and GCN stacks of :mod:`components.gnn.model`, run over the whole graph: the
 same modules and weights as sampled training (a model trained either way serves both), each
-convolution recomputed here from its own parameters with sequential aggregation."""
+convolution recomputed here from its own parameters with sequential aggregation. APPNP and GCNII
+(:mod:`components.gnn.propagation`) run in :mod:`.propagation`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from torch import nn
 from components.errors import GnnflowError
 from components.gnn.full_graph.aggregate import aggregate
 from components.gnn.full_graph.graph import FullGraph
+from components.gnn.full_graph.node_dropout import node_dropout
+from components.gnn.full_graph.propagation import describe, encode_propagation
+from components.gnn.propagation import APPNPEncoder, GCNIIEncoder, PropagationEncoder
 
 
 def check_encoder(encoder: nn.Module) -> None:
@@ -20,6 +24,8 @@ def check_encoder(encoder: nn.Module) -> None:
     from torch_geometric.nn import GCNConv, SAGEConv
     from torch_geometric.nn.models import GCN, GraphSAGE
 
+    if isinstance(encoder, (APPNPEncoder, GCNIIEncoder)):
+        return
     plain = isinstance(encoder, (GraphSAGE, GCN)) and encoder.jk_mode is None and getattr(encoder, "lin", None) is None
     plain = plain and not encoder.act_first and all(isinstance(norm, nn.Identity) for norm in (encoder.norms or []))
     for conv in encoder.convs if plain else []:
@@ -31,8 +37,8 @@ def check_encoder(encoder: nn.Module) -> None:
             plain = False
     if not plain:
         raise GnnflowError(
-            f"full-graph message passing supports the plain GraphSAGE and GCN encoders (model.type graphsage or "
-            f"gcn on a homogeneous graph with node features); this model's is {type(encoder).__name__}"
+            f"full-graph message passing supports the plain GraphSAGE and GCN encoders and APPNP and GCNII (model.type "
+            f"graphsage, gcn, appnp or gcnii on a homogeneous graph with node features); this model's is {type(encoder).__name__}"
         )
 
 
@@ -57,35 +63,8 @@ def _gcn(conv: nn.Module, h: torch.Tensor, graph: FullGraph) -> torch.Tensor:
     return out + conv.bias if conv.bias is not None else out
 
 
-_MIX1, _MIX2, _GOLDEN = 0xBF58476D1CE4E5B9 - (1 << 64), 0x94D049BB133111EB - (1 << 64), 0x9E3779B97F4A7C15 - (1 << 64)
-
-
-def _shift(z: torch.Tensor, bits: int) -> torch.Tensor:
-    """Logical right shift of int64 ``z`` (torch shifts signed integers arithmetically)."""
-    return (z >> bits) & ((1 << (64 - bits)) - 1)
-
-
-def node_uniform(ids: torch.Tensor, width: int, key: int) -> torch.Tensor:
-    """(n, width) float32 uniforms in [0, 1), a pure function of (key, node id, column): splitmix64
-    of the element's position in the whole graph, wrapping as uint64 arithmetic does."""
-    salt = (key * _GOLDEN) % (1 << 64)
-    salt = salt - (1 << 64) if salt >= 1 << 63 else salt  # as the int64 torch holds
-    z = ids.to(torch.int64).unsqueeze(1) * width + torch.arange(width, dtype=torch.int64) + salt
-    z = (z ^ _shift(z, 30)) * _MIX1
-    z = (z ^ _shift(z, 27)) * _MIX2
-    z = z ^ _shift(z, 31)
-    return _shift(z, 40).to(torch.float32) / float(1 << 24)
-
-
 def _dropout(encoder: nn.Module, h: torch.Tensor, graph: FullGraph, key: int | None, layer: int) -> torch.Tensor:
-    p = encoder.dropout.p
-    if not encoder.training or p == 0:
-        return h
-    if key is None:
-        return encoder.dropout(h)
-    # A node's mask depends on its id, not on which worker holds it: 1 and N workers drop the same units.
-    keep = node_uniform(graph.ids, h.shape[1], key * 1_000_003 + layer) >= p
-    return h * keep / (1 - p)
+    return node_dropout(h, graph.ids, encoder.dropout.p, encoder.training, key, layer)
 
 
 def encode(encoder: nn.Module, graph: FullGraph, x: torch.Tensor, dropout_key: int | None = None) -> torch.Tensor:
@@ -96,6 +75,8 @@ def encode(encoder: nn.Module, graph: FullGraph, x: torch.Tensor, dropout_key: i
     """
     from torch_geometric.nn import SAGEConv
 
+    if isinstance(encoder, PropagationEncoder):
+        return encode_propagation(encoder, graph, x, dropout_key)
     h = x
     last = len(encoder.convs) - 1
     for i, conv in enumerate(encoder.convs):
@@ -109,4 +90,11 @@ def uses_gcn(encoder: nn.Module) -> bool:
     """Whether ``encoder``'s layers need the GCN-normalised graph."""
     from torch_geometric.nn import GCNConv
 
+    if isinstance(encoder, PropagationEncoder):
+        return True
     return any(isinstance(conv, GCNConv) for conv in encoder.convs)
+
+
+def depth(encoder: nn.Module) -> str:
+    """What a log line says of the encoder's depth."""
+    return describe(encoder) if isinstance(encoder, PropagationEncoder) else f"{len(encoder.convs)} layers"
