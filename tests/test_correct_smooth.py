@@ -22,16 +22,18 @@ from components.config import GnnflowConfig, parse_config
 from components.config.inference import InferSpec
 from components.demo.hetero_graph import generate_hetero_demo_graph, write_hetero_demo_graph
 from components.errors import GnnflowError
+from components.infer.alpha_grid import CORRECTION_ALPHAS, SMOOTHING_ALPHAS, grid_pairs
 from components.infer.smoothing_stage import check_smoothing
 from components.infer.step import infer
 from components.partition.output import read_metadata
 from components.partition.step import partition
 from components.preprocess.step import preprocess
 from components.runtime.launcher import launch
+from components.schema import SPLIT_CODES
 from components.serialize.step import serialize
 from components.train.step import train
 from tests.shared_datasets import citeseer_graph, needs_citeseer
-from tests.smoothing_workers import smoothing_pass
+from tests.smoothing_workers import grid_pass, selection_pass, smoothing_pass
 from tests.test_train_hetero import hetero_config
 
 pytestmark = pytest.mark.multiworker
@@ -153,18 +155,19 @@ def test_two_workers_equal_dense_correct_and_smooth(edge_assignment, block_rows)
     assert (gathered(case, results, "autoscale", "probabilities").argmax(1) != case["base"].argmax(1)).any()
 
 
-def planted_case(n: int = 800, classes: int = 4) -> dict:
-    """A planted partition: each node links to about 6 nodes of its class and 0.6 of others
-    (undirected: both directions stored), 3% of nodes training, 30% validation; the base
-    predictions see the true class through heavy noise (about half right)."""
+def planted_case(n: int = 800, classes: int = 4, within: float = 6.0, across: float = 0.6) -> dict:
+    """A planted partition: each node links to about ``within`` nodes of its class and ``across``
+    of others (undirected: both directions stored), 3% of nodes training, 30% validation, the rest
+    test; the base predictions see the true class through heavy noise (about half right)."""
     g = torch.Generator().manual_seed(3)
     y = torch.randint(0, classes, (n,), generator=g)
     same = y[:, None] == y[None, :]
-    p = torch.where(same, 6.0 / (n / classes), 0.6 / (n - n / classes))
+    p = torch.where(same, within / (n / classes), across / (n - n / classes))
     upper = torch.triu(torch.rand((n, n), generator=g) < p, diagonal=1)
     src, dst = torch.nonzero(upper, as_tuple=True)
     logits = 1.2 * torch.nn.functional.one_hot(y, classes) + torch.randn((n, classes), generator=g)
     split = torch.rand(n, generator=g)
+    codes = torch.where(split < 0.03, SPLIT_CODES["train"], torch.where(split < 0.33, SPLIT_CODES["val"], SPLIT_CODES["test"]))
     return {
         "counts": [n // 2, n - n // 2],
         "edge_assignment": "src",
@@ -172,14 +175,15 @@ def planted_case(n: int = 800, classes: int = 4) -> dict:
         "edge_index": torch.cat([torch.stack([src, dst]), torch.stack([dst, src])], dim=1),
         "base": torch.softmax(logits, dim=1),
         "y": y,
-        "train": split < 0.03,
-        "val": (split >= 0.03) & (split < 0.33),
+        "train": codes == SPLIT_CODES["train"],
+        "val": codes == SPLIT_CODES["val"],
+        "split": codes,
         "specs": {"default": InferSpec(smoothing="correct_and_smooth")},
     }
 
 
 def test_planted_graph_with_few_labels_gains_accuracy():
-    case = planted_case()
+    case = planted_case() | {"specs": {"default": InferSpec(smoothing="correct_and_smooth", alpha_selection="fixed")}}
     edges = case["edge_index"].shape[1] / 2
     same = float((case["y"][case["edge_index"][0]] == case["y"][case["edge_index"][1]]).float().mean())
     results = launch(smoothing_pass, (case,), world_size=2)
@@ -193,6 +197,105 @@ def test_planted_graph_with_few_labels_gains_accuracy():
     assert same > 0.85 and int(case["train"].sum()) < 40
     assert 0.4 < before < 0.7
     assert after >= before + 0.2 and after > 0.9
+
+
+# --------------------------------------------------------------------------- alphas chosen on validation
+
+
+def _pair_spec(spec: InferSpec, pair: tuple[float, float]) -> InferSpec:
+    return spec.model_copy(update={"correction_alpha": pair[0], "smoothing_alpha": pair[1]})
+
+
+@pytest.mark.parametrize("name", ["autoscale", "fixed"])
+def test_stacked_candidates_equal_each_pair_run_alone(name):
+    # Every pair of the grid in one correction pass (3C columns) and one smoothing pass (9C):
+    # each pair's block equals a dense float64 Correct & Smooth with that pair alone.
+    case = random_case([19, 26], "dst", 4) | {"grid": (CORRECTION_ALPHAS, SMOOTHING_ALPHAS), "specs": {name: SPECS[name]}}
+    worker = launch(grid_pass, (case,), world_size=2)
+    classes = case["base"].shape[1]
+    probabilities = gathered(case, worker, name, "probabilities").view(-1, len(grid_pairs()), classes)
+    corrected = gathered(case, worker, name, "corrected").view(-1, len(CORRECTION_ALPHAS), classes)
+    assert len(grid_pairs()) == 9 and probabilities.shape[1] == 9
+    finals = []
+    for index, pair in enumerate(grid_pairs()):
+        dense_corrected, dense_final = dense_correct_and_smooth(case, _pair_spec(SPECS[name], pair))
+        assert float((probabilities[:, index] - dense_final).abs().max()) <= TOLERANCE, pair
+        assert float((corrected[:, CORRECTION_ALPHAS.index(pair[0])] - dense_corrected).abs().max()) <= TOLERANCE, pair
+        finals.append(dense_final)
+    # The pairs differ: no block is another's copy.
+    assert min(float((a - b).abs().max()) for i, a in enumerate(finals) for b in finals[i + 1 :]) > 1e-3
+
+
+def _accuracy(probabilities: torch.Tensor, case: dict, split: str) -> float:
+    rows = case["split"] == SPLIT_CODES[split]
+    return float((probabilities.argmax(1)[rows] == case["y"][rows]).float().mean())
+
+
+def test_planted_graph_with_few_labels_chooses_a_pair_and_gains():
+    case = planted_case()
+    results = launch(selection_pass, (case,), world_size=2)
+    metrics = results[0]["default"]["metrics"]
+    assert results[1]["default"]["metrics"] == metrics  # every worker chose the same
+    chosen = gathered(case, results, "default", "probabilities")
+    print("planted graph, validation accuracy per candidate:", json.dumps(metrics["smoothing_candidates"]))
+    assert metrics["smoothing_alpha_selection"] == "validation" and metrics["smoothing_selected"] != "none"
+    scores = [c["val_accuracy"] for c in metrics["smoothing_candidates"]]
+    assert len(scores) == 10 and metrics["smoothing_candidates"][0]["candidate"] == "none"
+    pair = (metrics["smoothing_selected"]["correction_alpha"], metrics["smoothing_selected"]["smoothing_alpha"])
+    best = 1 + grid_pairs().index(pair)
+    assert scores[best] == max(scores) and all(s < max(scores) for s in scores[:best])  # the first of the best
+    # The written rows are that pair's, and its score is their validation accuracy.
+    _, dense = dense_correct_and_smooth(case, _pair_spec(case["specs"]["default"], pair))
+    assert float((chosen - dense).abs().max()) <= TOLERANCE
+    assert scores[best] == pytest.approx(_accuracy(chosen, case, "val"))
+    assert scores[0] == pytest.approx(_accuracy(case["base"], case, "val"))
+    assert scores[best] >= scores[0] + 0.2
+    assert not any("test" in key for c in metrics["smoothing_candidates"] for key in c)
+
+
+def test_choice_never_reads_the_test_split():
+    # The test nodes' labels set to the model's own predictions: were they scored, "none" would be
+    # right on every one of them (two thirds of the graph) and win. The choice, the scores and the
+    # rows are those of the true labels.
+    case = planted_case()
+    test = case["split"] == SPLIT_CODES["test"]
+    rigged = case | {"y": torch.where(test, case["base"].argmax(1), case["y"])}
+    assert _accuracy(case["base"], rigged, "test") == 1.0 and _accuracy(case["base"], case, "test") < 0.7
+    honest, leaked = (launch(selection_pass, (c,), world_size=2) for c in (case, rigged))
+    assert leaked[0]["default"]["metrics"] == honest[0]["default"]["metrics"]
+    assert honest[0]["default"]["metrics"]["smoothing_selected"] != "none"
+    assert torch.equal(gathered(case, honest, "default", "probabilities"), gathered(case, leaked, "default", "probabilities"))
+
+
+def test_heterophilous_graph_chooses_the_models_own_predictions():
+    # Edges mostly between different classes: smoothing pulls each node towards other classes.
+    case = planted_case(within=0.6, across=6.0)
+    same = float((case["y"][case["edge_index"][0]] == case["y"][case["edge_index"][1]]).float().mean())
+    results = launch(selection_pass, (case,), world_size=2)
+    metrics = results[0]["default"]["metrics"]
+    print(f"heterophilous graph: {same:.2f} of edges within a class;", json.dumps(metrics["smoothing_candidates"]))
+    assert same < 0.15
+    scores = [c["val_accuracy"] for c in metrics["smoothing_candidates"]]
+    assert metrics["smoothing_selected"] == "none" and scores[0] > max(scores[1:])
+    # The rows written are the model's own, unchanged.
+    assert torch.equal(gathered(case, results, "default", "probabilities"), case["base"].to(torch.float64))
+
+
+def test_without_validation_nodes_the_configured_alphas_are_used_and_said():
+    case = planted_case()
+    case["split"] = torch.where(case["val"], SPLIT_CODES["test"], case["split"])
+    spec = InferSpec(smoothing="correct_and_smooth", correction_alpha=0.5, smoothing_alpha=0.7)
+    case["specs"] = {"validation": spec, "fixed": spec.model_copy(update={"alpha_selection": "fixed"})}
+    results = launch(selection_pass, (case,), world_size=2)
+    _, dense = dense_correct_and_smooth(case, spec)
+    for name, how in (("validation", "fixed (no validation nodes)"), ("fixed", "fixed")):
+        metrics = results[0][name]["metrics"]
+        assert metrics == {
+            "smoothing_alpha_selection": how,
+            "smoothing_selected": {"correction_alpha": 0.5, "smoothing_alpha": 0.7},
+            "smoothing_candidates": [],
+        }
+        assert float((gathered(case, results, name, "probabilities") - dense).abs().max()) <= TOLERANCE
 
 
 # --------------------------------------------------------------------------- config and graph checks
@@ -220,6 +323,7 @@ def _parse(**sections: dict) -> None:
         ({"infer": {"correction_steps": -1}}, "key 'infer.correction_steps': Input should be greater than or equal to 0"),
         ({"infer": {"smoothing_steps": -3}}, "key 'infer.smoothing_steps': Input should be greater than or equal to 0"),
         ({"infer": {"smoothing": "label_propagation"}}, "key 'infer.smoothing': Input should be 'none' or 'correct_and_smooth'"),
+        ({"infer": {"alpha_selection": "test"}}, "key 'infer.alpha_selection': Input should be 'validation' or 'fixed'"),
         ({"infer": {"autoscale": False, "scale": 0}}, "key 'infer.scale': Input should be greater than 0"),
         (
             {
@@ -241,7 +345,7 @@ def test_config_refuses_what_smoothing_cannot_serve(sections, message):
 
 def test_defaults_leave_predictions_alone_and_come_from_the_paper():
     spec = InferSpec()
-    assert spec.smoothing == "none"
+    assert spec.smoothing == "none" and spec.alpha_selection == "validation"
     assert (spec.correction_alpha, spec.correction_steps, spec.smoothing_alpha, spec.smoothing_steps) == (0.979, 50, 0.756, 50)
     assert spec.autoscale and spec.scale == 1.0
     # A heterogeneous graph whose target has an edge type to itself may smooth over it.
@@ -287,6 +391,11 @@ def test_citeseer_infer_smooths_in_both_modes(citeseer_model, citeseer_node_part
         print(mode, json.dumps(metrics))
         assert metrics["smoothing"] == "correct_and_smooth" and metrics["val_count"] == 500 and metrics["test_count"] == 1000
         assert metrics["smoothing_seconds"] > 0
+        # The alphas are chosen on validation: the written predictions are the best candidate's there.
+        scores = {json.dumps(c["candidate"]): c["val_accuracy"] for c in metrics["smoothing_candidates"]}
+        assert metrics["smoothing_alpha_selection"] == "validation" and len(scores) == 10
+        assert scores[json.dumps(metrics["smoothing_selected"])] == pytest.approx(metrics["val_accuracy"]) == max(scores.values())
+        assert scores['"none"'] == pytest.approx(metrics["val_accuracy_base"])
         # Smoothing helps where it is measured: validation (the figures are in the README text of the change).
         assert metrics["val_accuracy"] >= metrics["val_accuracy_base"] + 0.01, metrics
         written = _written_predictions(published)

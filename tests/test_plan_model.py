@@ -123,16 +123,25 @@ def test_infer_adds_its_output_rows_and_writes_them():
 
 
 def test_correct_and_smooth_counts_the_held_target_rows_and_its_matrices():
-    """A graph whose target rows dwarf the rest: smoothing's held rows set infer's peak."""
+    """A graph whose target rows dwarf the rest: smoothing's held rows set infer's peak; choosing
+    the alphas on validation holds every candidate pair's matrices side by side."""
     graph = GraphSize(
         (NodeSize("node", 40_000_000, 4, 1, labeled=True),), (EdgeSize("node", "edge", "node", 40_000_000),), train_seeds=10, classes=40
     )
     plain = infer_sizing.predict(graph, 2, _config()).peak_rss_mib_per_worker
-    smoothing = with_updates({**_config().model_dump(mode="json"), "infer": {"smoothing": "correct_and_smooth"}})
-    smoothed = infer_sizing.predict(graph, 2, smoothing).peak_rss_mib_per_worker
-    own, row = 20_000_000, infer_sizing.output_row_bytes(graph, smoothing) + infer_sizing.PER_NODE_BYTES
-    held = own * (row + infer_sizing.SMOOTHING_MATRICES * 40 * 4) + 40_000_000 * infer_sizing.SMOOTHING_BYTES_PER_EDGE
-    assert smoothed > plain and smoothed >= held / MiB
+    peaks = {}
+    for selection, pairs, corrections in (("fixed", 1, 1), ("validation", 9, 3)):
+        smoothing = with_updates(
+            {**_config().model_dump(mode="json"), "infer": {"smoothing": "correct_and_smooth", "alpha_selection": selection}}
+        )
+        assert infer_sizing.smoothing_candidates(smoothing) == (pairs, corrections)
+        peaks[selection] = infer_sizing.predict(graph, 2, smoothing).peak_rss_mib_per_worker
+        own, row = 20_000_000, infer_sizing.output_row_bytes(graph, smoothing) + infer_sizing.PER_NODE_BYTES
+        matrices = (infer_sizing.SMOOTHING_MATRICES * pairs + corrections) * 40 * 4
+        held = own * (row + matrices) + 40_000_000 * infer_sizing.SMOOTHING_BYTES_PER_EDGE
+        assert peaks[selection] > plain and peaks[selection] >= held / MiB, selection
+    # 8 more pairs of 40 classes float32, five matrices each, and 2 more corrected: 6,720 bytes per node more.
+    assert peaks["validation"] - peaks["fixed"] == pytest.approx(20_000_000 * (5 * 8 + 2) * 40 * 4 / MiB)
 
 
 def test_the_machine_table_knows_compute_engines_ratios():

@@ -149,12 +149,14 @@ HETEROGENEOUS = {
             "training.fan_outs has 2 entries but model.num_layers is 1: model.type gcnii reads at most 1 hops, so sample at most 1",
         ),
         (
-            {"model": {"type": "appnp"}, "graph": HETEROGENEOUS},
-            "model.type appnp supports homogeneous graphs with node features; this config has 2 node types, 1 edge types",
+            {"model": {"type": "appnp"}, "graph": HETEROGENEOUS, "training": {"mode": "full_graph"}},
+            "training.mode full_graph supports homogeneous graphs (one node type, one edge type); "
+            "this config has 2 node types and 1 edge types",
         ),
         (
-            {"model": {"type": "gcnii"}, "graph": HETEROGENEOUS},
-            "model.type gcnii supports homogeneous graphs with node features; this config has 2 node types, 1 edge types",
+            {"model": {"type": "gcnii"}, "graph": HETEROGENEOUS, "training": {"mode": "full_graph"}},
+            "training.mode full_graph supports homogeneous graphs (one node type, one edge type); "
+            "this config has 2 node types and 1 edge types",
         ),
         (
             {"model": {"type": "appnp"}, "training": {"mode": "full_graph"}, "task": {"type": "link_prediction"}},

@@ -64,17 +64,18 @@ def test_the_default_space_chooses_the_encoder_with_each_ones_parameters_under_i
     assert when["training.learning_rate"] is None and when["model.dropout"] is None
 
 
-def test_a_heterogeneous_graph_offers_no_gcn_appnp_or_gcnii_and_no_full_graph_mode():
+def test_a_heterogeneous_graph_offers_appnp_and_gcnii_but_no_gcn_and_no_full_graph_mode():
     space = default_space(config(HETEROGENEOUS, model={"type": "rgcn"}))
-    assert space.param("model.type").choices == ("rgcn", "graphsage")
-    assert conditions(space)["model.aggregation"] is None  # both rgcn and graphsage aggregate
-    assert not {"model.propagation_steps", "model.teleport", "model.identity_strength", "model.num_layers", "training.mode"} & set(
-        space.keys
-    )
-    assert conditions(space)["training.fan_outs"] is None
-    # A featureless homogeneous graph: gcn, appnp and gcnii need node features.
+    assert space.param("model.type").choices == ("rgcn", "graphsage", "appnp", "gcnii")  # their typed form; gcn has none
+    when = conditions(space)
+    assert when["model.aggregation"] == ("model.type", ("rgcn", "graphsage"))
+    assert {key: when[key] for key in CONDITIONS if key != "model.aggregation"} == {
+        key: ("model.type", types) for key, types in CONDITIONS.items() if key != "model.aggregation"
+    }
+    assert "training.mode" not in space.keys and when["training.fan_outs"] is None  # full_graph is homogeneous-only
+    # A featureless homogeneous graph: gcn needs node features; appnp and gcnii learn embeddings for its nodes.
     featureless = {**HOMOGENEOUS, "nodes": [{"type": "paper", "uri": "n.csv", "label_column": "label"}]}
-    assert "model.type" not in default_space(config(featureless)).keys  # graphsage alone: nothing to choose
+    assert default_space(config(featureless)).param("model.type").choices == ("graphsage", "appnp", "gcnii")
 
 
 def test_a_gcnii_config_keeps_its_type_and_a_gat_config_trains_sampled_only():

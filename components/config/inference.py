@@ -9,6 +9,7 @@ from pydantic import Field
 from components.config.sections import _Section
 
 Smoothing = Literal["none", "correct_and_smooth"]
+AlphaSelection = Literal["validation", "fixed"]
 
 
 class InferSpec(_Section):
@@ -27,6 +28,14 @@ class InferSpec(_Section):
         description="none: the model's predictions as they are; correct_and_smooth: Correct & Smooth after inference "
         "(node classification only; the predictions and probabilities written are the smoothed ones, and infer's "
         "metrics report the accuracies before it as *_base).",
+    )
+    alpha_selection: AlphaSelection = Field(
+        "validation",
+        description="correct_and_smooth: validation: choose, per run, among the model's own predictions and a 3 x 3 grid "
+        "of published correction x smoothing alphas (components/infer/alpha_selection.py) the one with the highest "
+        "accuracy on the validation split (never the test split), all candidates propagated at once; correction_alpha "
+        "and smoothing_alpha are then used only where the graph has no validation nodes. fixed: use correction_alpha "
+        "and smoothing_alpha as configured.",
     )
     correction_alpha: float = Field(
         0.979,

@@ -106,8 +106,8 @@ class GnnflowConfig(_Section):
     @model_validator(mode="after")
     def _gcn_fits(self) -> GnnflowConfig:
         messages = [e for e in self.graph.edges if e.role == "message"]
-        homogeneous_only = ("gcn", "appnp", "gcnii")  # no per-relation form (yet): one normalised adjacency
-        if self.model.type in homogeneous_only and (len(self.graph.nodes) > 1 or len(messages) > 1 or not self.graph.nodes[0].features):
+        # gcn has no per-relation form (yet); appnp and gcnii have a typed form (components/gnn/propagation.py).
+        if self.model.type == "gcn" and (len(self.graph.nodes) > 1 or len(messages) > 1 or not self.graph.nodes[0].features):
             raise ValueError(
                 f"model.type {self.model.type} supports homogeneous graphs with node features; this config has {len(self.graph.nodes)} "
                 f"node types, {len(messages)} edge types{'' if self.graph.nodes[0].features else ', no node features'}"

@@ -125,8 +125,9 @@ class ModelSpec(_Section):
         "appnp: an MLP of the node features, then propagation_steps steps of personalized PageRank with teleport "
         "(APPNP); gcnii: a linear input layer, then num_layers GCNII layers (GCN2Conv: initial residual teleport, "
         "identity mapping identity_strength). "
-        "graphsage, gat and rgcn work for both tasks, on homogeneous and heterogeneous graphs; gcn, appnp and gcnii on "
-        "homogeneous graphs with node features. infer --mode exact and training.mode full_graph need graphsage, gcn, "
+        "graphsage, gat, rgcn, appnp and gcnii work for both tasks, on homogeneous and heterogeneous graphs (appnp and "
+        "gcnii propagate over the graph's homogeneous view, relations not distinguished); gcn on homogeneous graphs with "
+        "node features. infer --mode exact and training.mode full_graph need graphsage, gcn, "
         "appnp or gcnii on a homogeneous graph.",
     )
     hidden_channels: int = Field(64, gt=0, description="Width of every layer; also the embedding size.")

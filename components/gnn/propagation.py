@@ -25,8 +25,15 @@ reaches as many hops as ``training.fan_outs`` lists, and a node's degree is at m
 plus one. The full-graph form (:mod:`components.gnn.full_graph.propagation`) runs the same modules
 over the whole graph with its true degrees: exact.
 
-Both need one node type with features and one edge type (no per-relation form yet: the config
-refuses them on a heterogeneous graph).
+A graph with several node types or edge types, or a featureless node type, gets the typed form
+(:class:`TypedPropagationEncoder`): each node type's input goes through its own input layer to
+``hidden_channels`` (appnp: its own MLP; gcnii: its own ReLU(Linear)); a featureless type's input
+is its learnt embedding (``gnn.learnt_embeddings``), already ``hidden_channels`` wide. Then the same
+propagation runs over the batch's homogeneous view: every node of every type is one node, every
+edge of every message edge type one edge, and Â is normalised with the degrees counted over all
+of them inside the batch. Propagation needs only one adjacency, so this is well defined; relation
+types are not distinguished (rgcn and gat keep one weight per relation). Full-graph training and
+exact inference remain homogeneous-only (the config and infer refuse them before any step).
 """
 
 from __future__ import annotations
@@ -119,16 +126,138 @@ class GCNIIEncoder(PropagationEncoder):
         return h
 
 
-def build_propagation_encoder(spec: ModelSpec, inputs: dict[str, NodeInput], edge_types: list[EdgeType]) -> PropagationEncoder:
-    """The ``model.type`` appnp or gcnii encoder of a homogeneous graph with node features."""
+class InputMLP(nn.Module):
+    """appnp's per-type input of the typed form: (n, in_dim) → (n, hidden), the homogeneous MLP's
+    layers (dropout before each linear layer, ReLU between them)."""
+
+    def __init__(self, in_dim: int, spec: ModelSpec) -> None:
+        super().__init__()
+        widths = [in_dim] + [spec.hidden_channels] * spec.num_layers
+        self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+        self.dropout = nn.Dropout(spec.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        last = len(self.lins) - 1
+        for i, lin in enumerate(self.lins):
+            x = lin(self.dropout(x))
+            if i < last:
+                x = F.relu(x)
+        return x
+
+
+class InputLinear(nn.Module):
+    """gcnii's per-type input of the typed form: (n, in_dim) → (n, hidden), ReLU(Linear(dropout(x)))."""
+
+    def __init__(self, in_dim: int, spec: ModelSpec) -> None:
+        super().__init__()
+        self.lin = nn.Linear(in_dim, spec.hidden_channels)
+        self.dropout = nn.Dropout(spec.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.lin(self.dropout(x)))
+
+
+def homogeneous_view(
+    h: dict[str, torch.Tensor], edge_index: dict[EdgeType, torch.Tensor], edge_types: list[EdgeType]
+) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Per-type rows and typed edges → ((n, d) rows of every type stacked in the order of ``h``,
+    (2, e) edges of ``edge_types`` between them, the type order): each type's local indices
+    shifted by the rows of the types before it."""
+    order = list(h)
+    offsets, total = {}, 0
+    for node_type in order:
+        offsets[node_type] = total
+        total += h[node_type].size(0)
+    rows = torch.cat([h[t] for t in order])
+    parts = [
+        edge_index[e] + torch.tensor([[offsets[e[0]]], [offsets[e[2]]]], device=rows.device)
+        for e in edge_types
+        if e in edge_index and e[0] in offsets and e[2] in offsets
+    ]
+    edges = torch.cat(parts, dim=1) if parts else torch.empty(2, 0, dtype=torch.long, device=rows.device)
+    return rows, edges, order
+
+
+class TypedPropagationEncoder(nn.Module):
+    """appnp or gcnii on typed nodes and edges (see the module docstring): per-type inputs, then
+    propagation over the batch's homogeneous view. Answers the ``HeteroEncoder`` interface
+    (``project``, ``embedding``, ``sharded``, ``forward(x, edge_index, node, ...)``), so tasks,
+    inference, learnt-embedding handling and serving treat it alike; every row of the subgraph is
+    computed (no hop trimming: every step reads every node)."""
+
+    def __init__(self, inputs: dict[str, NodeInput], edge_types: list[EdgeType], spec: ModelSpec) -> None:
+        super().__init__()
+        if spec.type not in ("appnp", "gcnii"):
+            raise GnnflowError(f"model.type {spec.type} is not a propagation model (appnp, gcnii)")
+        self.node_types, self.edge_types, self.kind = list(inputs), list(edge_types), spec.type
+        layer = InputMLP if spec.type == "appnp" else InputLinear
+        self.project = nn.ModuleDict({t: layer(i.feature_dim, spec) for t, i in inputs.items() if i.feature_dim})
+        learnt = {t: i for t, i in inputs.items() if not i.feature_dim}
+        self.embedding = nn.ModuleDict({t: nn.Embedding(i.count, spec.hidden_channels) for t, i in learnt.items() if not i.sharded})
+        self.sharded = {t for t, i in learnt.items() if i.sharded}
+        self.dropout = nn.Dropout(spec.dropout)
+        if spec.type == "appnp":
+            self.propagation = APPNP(spec.propagation_steps, spec.teleport, normalize=False)
+        else:
+            self.convs = nn.ModuleList(
+                GCN2Conv(spec.hidden_channels, spec.teleport, spec.identity_strength, i + 1, shared_weights=True, normalize=False)
+                for i in range(spec.num_layers)
+            )
+
+    def forward(
+        self,
+        x: dict[str, torch.Tensor],
+        edge_index: dict[EdgeType, torch.Tensor],
+        node: dict[str, torch.Tensor],
+        edge_attr: dict[EdgeType, torch.Tensor] | None = None,
+        slices: object = None,
+    ) -> dict[str, torch.Tensor]:
+        """x[type]: (n_type, d_type); node[type]: (n_type,) partition ids → (n_type, hidden) per
+        type. ``edge_attr`` and ``slices`` are accepted for the interface and not read: propagation
+        uses no edge features and runs over the whole subgraph."""
+        h0 = {t: self._input(t, x, node) for t in self.node_types if t in node}
+        rows, edges, order = homogeneous_view(h0, edge_index, self.edge_types)
+        edges, weights = normalised_edges(edges, rows.size(0), rows.dtype)
+        if self.kind == "appnp":
+            out = self.propagation(rows, edges, weights)
+        else:
+            out = first = rows
+            last = len(self.convs) - 1
+            for i, conv in enumerate(self.convs):
+                out = conv(self.dropout(out), first, edges, weights)
+                if i < last:
+                    out = F.relu(out)
+        return dict(zip(order, out.split([h0[t].size(0) for t in order])))
+
+    def _input(self, node_type: str, x: dict[str, torch.Tensor], node: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(n, hidden) h0 of a type's nodes: its input layer on its features, or its learnt rows."""
+        if node_type in self.project:
+            return self.project[node_type](x[node_type])
+        if node_type in self.sharded:
+            return x[node_type]
+        return self.embedding[node_type](node[node_type])
+
+    def encode_batch(self, batch) -> dict[str, torch.Tensor]:
+        """Every node's embedding of a GLT batch (a ``HeteroData``, or a ``Data`` of one node type)."""
+        reads_x = set(self.project) | self.sharded
+        if hasattr(batch, "node_types"):
+            stores = {t: batch[t] for t in batch.node_types if "node" in batch[t]}
+            x = {t: decoded_features(self, t, s.x) for t, s in stores.items() if "x" in s and t in reads_x}
+            return self(x, batch.edge_index_dict, {t: s.node for t, s in stores.items()})
+        (node_type,), (edge_type,) = self.node_types, self.edge_types
+        x = {node_type: decoded_features(self, node_type, batch.x)} if node_type in reads_x else {}
+        return self(x, {edge_type: batch.edge_index}, {node_type: batch.node})
+
+
+def build_propagation_encoder(spec: ModelSpec, inputs: dict[str, NodeInput], edge_types: list[EdgeType]) -> nn.Module:
+    """The ``model.type`` appnp or gcnii encoder: the plain homogeneous one (which full-graph
+    training and exact inference rebuild) for one node type with features and one edge type, the
+    typed form otherwise."""
+    if spec.type not in ("appnp", "gcnii"):
+        raise GnnflowError(f"model.type {spec.type} is not a propagation model (appnp, gcnii)")
     (node_type, node), *others = inputs.items()
     if others or len(edge_types) != 1 or not node.feature_dim:
-        raise GnnflowError(
-            f"model.type {spec.type} supports homogeneous graphs with node features (one node type, one edge type); "
-            f"this graph has {len(inputs)} node types, {len(edge_types)} edge types"
-        )
+        return TypedPropagationEncoder(inputs, edge_types, spec)
     if spec.type == "appnp":
         return APPNPEncoder(node_type, node.feature_dim, spec)
-    if spec.type == "gcnii":
-        return GCNIIEncoder(node_type, node.feature_dim, spec)
-    raise GnnflowError(f"model.type {spec.type} is not a propagation model (appnp, gcnii)")
+    return GCNIIEncoder(node_type, node.feature_dim, spec)

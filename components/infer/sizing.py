@@ -12,6 +12,7 @@ from __future__ import annotations
 from components.config import GnnflowConfig
 from components.gnn import worker_sizing
 from components.graph_size import INT64, GraphSize, MiB, StepPrediction, share
+from components.infer.alpha_grid import CORRECTION_ALPHAS, grid_pairs
 from components.infer.shard_stream import EARLY_ROW_GROUPS, ROW_GROUP_ROWS
 
 # Rows a worker holds while it writes: the row group being filled and those that arrived early.
@@ -31,9 +32,12 @@ PER_NODE_BYTES = 21
 # string, compressed); an estimate.
 ID_BYTES_PER_ROW = INT64 + 12
 # infer.smoothing: correct_and_smooth holds the target's rows until smoothed, plus per own target
-# node the propagated matrices (residuals, their start, the neighbours' sum, the clamped start and
-# the smoothed rows: five of classes float32 each) and per own stored edge between target nodes
-# the ring's edge lists and fetch indices (components/infer/smoothing_stage.py); arithmetic, not measured.
+# node the propagated matrices (the start, its anchor, the rows being propagated, the neighbours'
+# sum and the next rows: five of classes float32 per candidate pair, the pairs side by side,
+# components/infer/smoothing.py), the corrected predictions (classes float32 per correction alpha)
+# and per own stored edge between target nodes the ring's edge lists and fetch indices
+# (components/infer/smoothing_stage.py); arithmetic, not measured. infer.alpha_selection
+# validation propagates every pair of components/infer/alpha_grid.py at once; fixed, one.
 SMOOTHING_MATRICES = 5
 SMOOTHING_BYTES_PER_EDGE = 3 * INT64
 
@@ -67,5 +71,14 @@ def _smoothing_bytes(graph: GraphSize, world_size: int, config: GnnflowConfig) -
         return 0.0
     own = share(target.rows, world_size)
     edges = sum(share(e.count, world_size) for e in graph.stored_edges() if e.message and e.compressed_type == target.name)
-    rows = own * (output_row_bytes(graph, config) + PER_NODE_BYTES + SMOOTHING_MATRICES * graph.classes * 4)
+    pairs, corrections = smoothing_candidates(config)
+    matrices = (SMOOTHING_MATRICES * pairs + corrections) * graph.classes * 4
+    rows = own * (output_row_bytes(graph, config) + PER_NODE_BYTES + matrices)
     return float(rows + edges * SMOOTHING_BYTES_PER_EDGE)
+
+
+def smoothing_candidates(config: GnnflowConfig) -> tuple[int, int]:
+    """(alpha pairs, correction alphas) Correct & Smooth propagates side by side."""
+    if config.infer.alpha_selection == "validation":
+        return len(grid_pairs()), len(CORRECTION_ALPHAS)
+    return 1, 1

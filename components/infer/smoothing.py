@@ -17,6 +17,11 @@ divided by their sum (a distribution again; the argmax is unchanged).
 Â X needs every neighbour's row: :func:`ring_propagation` sums them over the full-graph ring
 (:mod:`components.gnn.full_graph.aggregate`), each worker scaling its own rows by its own
 D^-1/2 before and after, so no worker ever holds more than its rows and one fetched block.
+
+:func:`correct_and_smooth_grid` runs several alpha pairs at once: the correction depends only on
+its alpha and the smoothing on both, so the candidates' matrices sit side by side (n x A*C for A
+correction alphas, n x A*S*C for the pairs), each column with its own alpha, and the ring makes
+as many rounds as for one pair, over wider rows.
 """
 
 from __future__ import annotations
@@ -54,10 +59,26 @@ class Smoothed:
     corrected: torch.Tensor
 
 
+@dataclass(frozen=True)
+class SmoothedGrid:
+    """Every (correction alpha, smoothing alpha) pair's result at once: ``probabilities`` (n, P, C),
+    pair p = i * len(smoothing alphas) + j for correction alpha i and smoothing alpha j (rows
+    summing to 1); ``corrected`` (n, len(correction alphas), C), the predictions before smoothing."""
+
+    probabilities: torch.Tensor
+    corrected: torch.Tensor
+
+
+def _column_alphas(alphas: tuple[float, ...], classes: int) -> torch.Tensor:
+    """(1, len(alphas) * classes): each alpha over its block of ``classes`` columns."""
+    return torch.tensor(alphas, dtype=torch.float32).repeat_interleave(classes).unsqueeze(0)
+
+
 def _spread(
-    start: torch.Tensor, alpha: float, steps: int, propagate: Propagation, after_step: Callable[[torch.Tensor], torch.Tensor]
+    start: torch.Tensor, alpha: torch.Tensor, steps: int, propagate: Propagation, after_step: Callable[[torch.Tensor], torch.Tensor]
 ) -> torch.Tensor:
-    """X <- (1 - alpha) X0 + alpha Â X, ``steps`` times, ``after_step`` applied to each result."""
+    """X <- (1 - alpha) X0 + alpha Â X, ``steps`` times, ``after_step`` applied to each result;
+    ``alpha``: (1, columns), each column its own (the candidates side by side share each ring round)."""
     anchor = (1 - alpha) * start
     out = start
     for _ in range(steps):
@@ -67,38 +88,67 @@ def _spread(
 
 
 def _correct(
-    probabilities: torch.Tensor, truth: torch.Tensor, train: torch.Tensor, propagate: Propagation, spec: InferSpec
+    probabilities: torch.Tensor,
+    truth: torch.Tensor,
+    train: torch.Tensor,
+    propagate: Propagation,
+    spec: InferSpec,
+    alphas: tuple[float, ...],
 ) -> torch.Tensor:
+    """(n, len(alphas), C): the predictions corrected with each correction alpha."""
+    n, classes = probabilities.shape
     error = torch.zeros_like(probabilities)
     error[train] = truth - probabilities[train]
+    start, alpha = error.repeat(1, len(alphas)), _column_alphas(alphas, classes)
     if spec.autoscale:
-        spread = _spread(error, spec.correction_alpha, spec.correction_steps, propagate, lambda x: x.clamp_(-1.0, 1.0))
+        spread = _spread(start, alpha, spec.correction_steps, propagate, lambda x: x.clamp_(-1.0, 1.0)).view(n, len(alphas), classes)
         # The mean residual over every worker's training nodes.
         totals = all_sum(torch.tensor([float(error[train].abs().sum()), float(len(train))], dtype=torch.float64))
         sigma = float(totals[0] / totals[1]) if totals[1] > 0 else 0.0
-        scale = sigma / spread.abs().sum(dim=1, keepdim=True)
+        scale = sigma / spread.abs().sum(dim=2, keepdim=True)
         scale[~torch.isfinite(scale) | (scale > 1000)] = 1.0  # 0 / 0 too: such a row's residual is 0
-        return probabilities + scale * spread
-    fixed = error[train]
+        return probabilities.unsqueeze(1) + scale * spread
+    fixed = start[train]
 
     def hold(x: torch.Tensor) -> torch.Tensor:
         x[train] = fixed
         return x
 
-    return probabilities + spec.scale * _spread(error, spec.correction_alpha, spec.correction_steps, propagate, hold)
+    spread = _spread(start, alpha, spec.correction_steps, propagate, hold).view(n, len(alphas), classes)
+    return probabilities.unsqueeze(1) + spec.scale * spread
 
 
 @torch.no_grad()
+def correct_and_smooth_grid(
+    probabilities: torch.Tensor,
+    labels: torch.Tensor,
+    train: torch.Tensor,
+    propagate: Propagation,
+    spec: InferSpec,
+    correction_alphas: tuple[float, ...],
+    smoothing_alphas: tuple[float, ...],
+) -> SmoothedGrid:
+    """Correct & Smooth of one worker's (n, C) ``probabilities`` for every pair of the two alpha
+    lists, in one correction pass over (n, len(correction_alphas) * C) and one smoothing pass over
+    (n, pairs * C): as many ring rounds as a single pair; collective (every worker calls it, with
+    its own rows). ``train``: (t,) rows of the training nodes, ``labels``: (t,) their classes."""
+    probabilities = probabilities.to(torch.float32)
+    n, classes = probabilities.shape
+    truth = torch.nn.functional.one_hot(labels.to(torch.int64), classes).to(torch.float32)
+    corrected = _correct(probabilities, truth, train, propagate, spec, correction_alphas)
+    start = corrected.clone()
+    start[train] = truth.unsqueeze(1)
+    pairs = len(correction_alphas) * len(smoothing_alphas)
+    start = start.repeat_interleave(len(smoothing_alphas), dim=1).view(n, pairs * classes)
+    alpha = _column_alphas(smoothing_alphas * len(correction_alphas), classes)
+    smoothed = _spread(start, alpha, spec.smoothing_steps, propagate, lambda x: x.clamp_(0.0, 1.0)).view(n, pairs, classes)
+    total = smoothed.sum(dim=2, keepdim=True)
+    return SmoothedGrid(torch.where(total > 0, smoothed / total.clamp(min=1e-30), smoothed), corrected)
+
+
 def correct_and_smooth(
     probabilities: torch.Tensor, labels: torch.Tensor, train: torch.Tensor, propagate: Propagation, spec: InferSpec
 ) -> Smoothed:
-    """Correct & Smooth of one worker's (n, C) ``probabilities``; collective (every worker calls it,
-    with its own rows). ``train``: (t,) rows of the training nodes, ``labels``: (t,) their classes."""
-    probabilities = probabilities.to(torch.float32)
-    truth = torch.nn.functional.one_hot(labels.to(torch.int64), probabilities.shape[1]).to(torch.float32)
-    corrected = _correct(probabilities, truth, train, propagate, spec)
-    start = corrected.clone()
-    start[train] = truth
-    smoothed = _spread(start, spec.smoothing_alpha, spec.smoothing_steps, propagate, lambda x: x.clamp_(0.0, 1.0))
-    total = smoothed.sum(dim=1, keepdim=True)
-    return Smoothed(torch.where(total > 0, smoothed / total.clamp(min=1e-30), smoothed), corrected)
+    """Correct & Smooth with ``spec``'s own alphas (:func:`correct_and_smooth_grid` of one pair); collective."""
+    grid = correct_and_smooth_grid(probabilities, labels, train, propagate, spec, (spec.correction_alpha,), (spec.smoothing_alpha,))
+    return Smoothed(grid.probabilities[:, 0], grid.corrected[:, 0])

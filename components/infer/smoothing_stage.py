@@ -23,9 +23,10 @@ from components.config.inference import InferSpec
 from components.errors import GnnflowError
 from components.gnn.full_graph.graph import FullGraph, aggregation_edges, build_full_graph
 from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix
+from components.infer.alpha_selection import NO_VALIDATION, Selection, labelled_rows, smooth_and_select
 from components.infer.outputs import NodeOutputs
 from components.infer.sinks import OutputSinks, RowSink
-from components.infer.smoothing import correct_and_smooth, ring_propagation
+from components.infer.smoothing import ring_propagation
 from components.partition.output import StoredPartition
 from components.schema import NO_LABEL, SPLIT_CODES, GraphSchema
 
@@ -147,9 +148,11 @@ def _slowest(seconds: float) -> float:
     return float(value)
 
 
-def smooth_and_write(sinks: HoldingSinks, spec: InferSpec, world_size: int, block_rows: int) -> dict[str, float]:
-    """Smooths the held target rows, writes their shard and returns the metrics of the model's own
-    predictions (``*_base``) and ``smoothing_seconds`` (the slowest worker's); collective."""
+def smooth_and_write(sinks: HoldingSinks, spec: InferSpec, world_size: int, block_rows: int) -> dict[str, object]:
+    """Smooths the held target rows (the alphas chosen as ``spec.alpha_selection`` says: :mod:`.alpha_selection`),
+    writes their shard and returns the metrics of the model's own predictions (``*_base``),
+    ``smoothing_seconds`` (the slowest worker's) and the choice (``smoothing_selected``,
+    ``smoothing_candidates``, ``smoothing_alpha_selection``); collective."""
     part = sinks.part
     schema = part.metadata.schema
     target = schema.target
@@ -159,16 +162,17 @@ def smooth_and_write(sinks: HoldingSinks, spec: InferSpec, world_size: int, bloc
     classes = schema.node_types[target].num_classes
     base = held.probabilities[order] if held.probabilities is not None else torch.zeros((0, classes))
     labels, splits = nodes["label"].reshape(-1).to(torch.int64), nodes["split"].reshape(-1).to(torch.int64)
-    train = torch.nonzero((splits == SPLIT_CODES["train"]) & (labels != NO_LABEL)).reshape(-1)
     start = time.perf_counter()
     graph = target_graph(part, world_size, block_rows)
-    smoothed = correct_and_smooth(base, labels[train], train, ring_propagation(graph), spec).probabilities
+    selection = smooth_and_select(base, labels, splits, ring_propagation(graph), spec)  # reads train and val labels only
+    smoothed = selection.probabilities
     seconds = _slowest(time.perf_counter() - start)
     graph.plan.cache.clear()
     before = split_accuracies(base.argmax(1), labels, splits, classes, "_base")
     after = split_accuracies(smoothed.argmax(1), labels, splits, classes, "")
-    train_count = int(all_sum(torch.tensor([len(train)]))[0])
+    train_count = int(all_sum(torch.tensor([len(labelled_rows(labels, splits, "train"))]))[0])
     if part.index == 0:
+        _log_choice(selection)
         log.info(
             "infer: Correct & Smooth over %d training labels: validation accuracy %.4f -> %.4f (test %.4f -> %.4f) in %.2fs",
             train_count,
@@ -190,4 +194,20 @@ def smooth_and_write(sinks: HoldingSinks, spec: InferSpec, world_size: int, bloc
     else:
         with OutputSinks.open(sinks, target):
             pass  # no rows: an empty shard
-    return {**before, "smoothing_seconds": seconds}
+    return {**before, "smoothing_seconds": seconds, **selection.metrics()}
+
+
+def _log_choice(selection: Selection) -> None:
+    if selection.how == NO_VALIDATION:
+        log.warning(
+            "infer: no validation nodes to choose Correct & Smooth's alphas on: the configured ones, %s", _named(selection.selected)
+        )
+    elif selection.how == "fixed":
+        log.info("infer: Correct & Smooth with the configured alphas, %s", _named(selection.selected))
+    else:
+        scores = ", ".join(f"{_named(pair)}: {accuracy:.4f}" for pair, accuracy in selection.candidates)
+        log.info("infer: Correct & Smooth chose %s on validation (validation accuracy of each: %s)", _named(selection.selected), scores)
+
+
+def _named(pair: tuple[float, float] | None) -> str:
+    return "none (the model's own predictions)" if pair is None else f"correction alpha {pair[0]:g} / smoothing alpha {pair[1]:g}"

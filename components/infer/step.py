@@ -259,7 +259,7 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     else:
         counts = _sampled(ctx, job, part, model, placement, threads, sinks)
     model.module.cpu()  # the link metrics below score host embeddings
-    smoothed: dict[str, float] = {}  # the metrics of the model's own predictions, before smoothing
+    smoothed: dict[str, object] = {}  # the metrics of the model's own predictions, before smoothing, and the alphas chosen
     if isinstance(sinks, HoldingSinks):
         watchdog.mark("computing")
         smoothed = smooth_and_write(sinks, job.config.infer, ctx.world_size, job.config.training.full_graph_block_rows)
@@ -270,18 +270,19 @@ def infer_worker(ctx: WorkerContext, job: InferJob) -> dict | None:
     gathered: list = [None] * ctx.world_size
     cold_counts = {t: int(flags.sum()) for t, flags in cold.items()} if cold is not None else None
     dist.all_gather_object(gathered, (staging.entries, counts, seconds, cold_counts))
+    metrics: dict[str, object]  # floats, and smoothing's choice of alphas
     if schema.task_type == "node_classification" and smoothing:  # the shards' accuracies are the smoothed ones
         metrics = _classification_metrics(staging, part, originals, ctx.rank, ("val", "test")) | smoothed
     elif schema.task_type == "node_classification":
-        metrics = _classification_metrics(staging, part, originals, ctx.rank)
+        metrics = dict(_classification_metrics(staging, part, originals, ctx.rank))
     else:
-        metrics = _link_metrics(staging, part, originals, model, ctx, job.config.training.seed) | retrieval
+        metrics = dict(_link_metrics(staging, part, originals, model, ctx, job.config.training.seed) | retrieval)
     watchdog.mark("publishing")
     if ctx.rank != 0:
         dist.barrier()  # nobody leaves while rank 0 may still talk to it
         return None
     named = {"mode": job.mode, **({"smoothing": job.config.infer.smoothing} if smoothing else {})}
-    metrics = {**named, **(metrics or {})}  # type: ignore[dict-item]  # mode (and smoothing) beside the floats
+    metrics = {**named, **(metrics or {})}  # mode (and smoothing) beside the floats
     if cold is not None:  # partitions other than the model's own: how many nodes it had no row of
         metrics |= cold_metrics([g[3] for g in gathered])
     staging.write_json(METRICS_FILE, metrics)

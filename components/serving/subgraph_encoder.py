@@ -15,7 +15,7 @@ from torch import nn
 
 from components.gnn.hop_trimming import LayerSlice, TypedLayerSlice
 from components.gnn.model import HeteroEncoder, HomogeneousGCN, HomogeneousSAGE
-from components.gnn.propagation import PropagationEncoder
+from components.gnn.propagation import PropagationEncoder, TypedPropagationEncoder
 from components.serving.neighbourhood import Subgraph
 
 # node type, (n,) ids (new nodes negative) → (n, width) float32 input rows
@@ -39,7 +39,7 @@ def typed_slices(sub: Subgraph, layers: int) -> list[TypedLayerSlice]:
 def prepare(encoder: nn.Module) -> None:
     """Featureless types read their rows from the inputs (as sharded tables do), whichever way the
     model stored them: the server supplies trained rows, and the cold-start row for new nodes."""
-    if isinstance(encoder, HeteroEncoder):
+    if isinstance(encoder, (HeteroEncoder, TypedPropagationEncoder)):
         encoder.sharded = set(encoder.sharded) | set(encoder.embedding.keys())
 
 
@@ -56,7 +56,7 @@ def encode_seeds(encoder: nn.Module, sub: Subgraph, inputs: InputRows, layers: i
             return {node_type: encoder(features, edge_index)[: seeds[node_type]]}
         slices = [LayerSlice(s.sources[node_type], s.targets[node_type], s.edges[edge_type]) for s in typed_slices(sub, layers)]
         return {node_type: encoder.forward_trimmed(features, edge_index, slices)}
-    assert isinstance(encoder, HeteroEncoder)
+    assert isinstance(encoder, (HeteroEncoder, TypedPropagationEncoder))  # the typed appnp/gcnii ignore the slices
     reads = set(encoder.project) | set(encoder.sharded)
     x = {t: torch.from_numpy(inputs(t, ids)) for t, ids in sub.nodes.items() if t in reads}
     nodes = {t: torch.from_numpy(ids) for t, ids in sub.nodes.items()}

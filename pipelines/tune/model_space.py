@@ -2,8 +2,9 @@
 encoder's own parameters (searched only in trials of that encoder), and the training mode.
 
 Which ``model.type`` values a study offers is decided by the config's own validators: a type is a
-choice when the config with that type (and the values a trial of it takes) is accepted, so ``gcn``,
-``appnp`` and ``gcnii`` appear only for a homogeneous graph with node features. A trial keeps the
+choice when the config with that type (and the values a trial of it takes) is accepted, so ``gcn``
+appears only for a homogeneous graph with node features (``appnp`` and ``gcnii`` have a typed form
+for the others), and ``training.mode`` only where every offered type trains full-graph. A trial keeps the
 config's value of every key it does not search, so a type is offered only where those values mean
 the same to it: ``model.num_layers`` is a stack's depth (graphsage, gcn, gat, rgcn: one fan-out per
 layer) and APPNP's MLP depth, which the space leaves as the config has it, and gcnii's layer count,
