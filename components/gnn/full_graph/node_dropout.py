@@ -7,23 +7,48 @@ import torch
 import torch.nn.functional as F
 
 _MIX1, _MIX2, _GOLDEN = 0xBF58476D1CE4E5B9 - (1 << 64), 0x94D049BB133111EB - (1 << 64), 0x9E3779B97F4A7C15 - (1 << 64)
+_FMIX1, _FMIX2 = 0x85EBCA6B - (1 << 32), 0xC2B2AE35 - (1 << 32)  # murmur3's 32-bit finaliser, as int32
+_BITS = 24  # a unit is kept when the low 24 bits of its hash reach p * 2^24
 
 
 def _shift(z: torch.Tensor, bits: int) -> torch.Tensor:
-    """Logical right shift of int64 ``z`` (torch shifts signed integers arithmetically)."""
-    return (z >> bits) & ((1 << (64 - bits)) - 1)
+    """Logical right shift of ``z`` (torch shifts signed integers arithmetically)."""
+    return (z >> bits) & ((1 << (z.element_size() * 8 - bits)) - 1)
 
 
-def node_uniform(ids: torch.Tensor, width: int, key: int) -> torch.Tensor:
-    """(n, width) float32 uniforms in [0, 1), a pure function of (key, node id, column): splitmix64
-    of the element's position in the whole graph, wrapping as uint64 arithmetic does."""
-    salt = (key * _GOLDEN) % (1 << 64)
-    salt = salt - (1 << 64) if salt >= 1 << 63 else salt  # as the int64 torch holds
-    z = ids.to(torch.int64).unsqueeze(1) * width + torch.arange(width, dtype=torch.int64) + salt
+def _as_int64(value: int) -> int:
+    value %= 1 << 64
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _splitmix32(z: torch.Tensor) -> torch.Tensor:
+    """int64 ``z`` → int32: the high half of splitmix64's output (wrapping as uint64 arithmetic does)."""
     z = (z ^ _shift(z, 30)) * _MIX1
     z = (z ^ _shift(z, 27)) * _MIX2
     z = z ^ _shift(z, 31)
-    return _shift(z, 40).to(torch.float32) / float(1 << 24)
+    return (z >> 32).to(torch.int32)
+
+
+def node_keep(ids: torch.Tensor, width: int, key: int, p: float) -> torch.Tensor:
+    """(n, width) bool: which units of nodes ``ids`` dropout with rate ``p`` keeps, a pure function
+    of (key, node id, column).
+
+    Each node id and each column is hashed once (splitmix64, n + width values); every unit is then
+    murmur3's 32-bit finaliser of its row's and column's hashes added. Hashing every unit with
+    splitmix64 in int64 took most of a full-graph epoch on wide inputs (CiteSeer's 3,703 columns);
+    the finaliser on int32 is about a quarter of that, with the same keep rate and no correlation
+    between rows or columns (tests/test_node_dropout.py).
+    """
+    salt = _as_int64(key * _GOLDEN)
+    rows = _splitmix32(ids.to(torch.int64) * 2 + salt)
+    columns = _splitmix32(torch.arange(width, dtype=torch.int64) * 2 + 1 + salt)
+    z = rows.unsqueeze(1) + columns  # int32, wrapping
+    z ^= _shift(z, 16)
+    z *= _FMIX1
+    z ^= _shift(z, 13)
+    z *= _FMIX2
+    z ^= _shift(z, 16)
+    return (z & ((1 << _BITS) - 1)) >= round(p * (1 << _BITS))
 
 
 def node_dropout(h: torch.Tensor, ids: torch.Tensor, p: float, training: bool, key: int | None, layer: int) -> torch.Tensor:
@@ -33,5 +58,5 @@ def node_dropout(h: torch.Tensor, ids: torch.Tensor, p: float, training: bool, k
         return h
     if key is None:
         return F.dropout(h, p, training=True)
-    keep = node_uniform(ids, h.shape[1], key * 1_000_003 + layer) >= p
-    return h * keep / (1 - p)
+    keep = node_keep(ids, h.shape[1], key * 1_000_003 + layer, p)
+    return h * (keep.to(h.dtype) * (1 / (1 - p)))
