@@ -214,7 +214,8 @@ def two_worker_runs(citeseer_parts, tmp_path_factory) -> dict[int, storage.Publi
     """Full-graph training with 2 workers, seed 0 (benchmarks/citeseer_acceptance.py runs seeds 0-2
     against the 0.700 reference: three 200-epoch runs, kept out of the suite's time)."""
     root = tmp_path_factory.mktemp("full_graph_models")
-    return {0: train(citeseer_config(training={"seed": 0}), citeseer_parts[2], root / "seed0")}
+    # 40 epochs: validation accuracy peaks within the first 10 (the agreement test's curves).
+    return {0: train(citeseer_config(training={"seed": 0, "epochs": 40}), citeseer_parts[2], root / "seed0")}
 
 
 @needs_citeseer
@@ -230,13 +231,20 @@ def test_citeseer_full_graph_trains_and_records_every_epoch(two_worker_runs):
 
 @needs_citeseer
 def test_citeseer_one_and_two_workers_agree(two_worker_runs, citeseer_parts, tmp_path):
-    # Dropout masks follow node ids and rank 0's generator: 1 and 2 workers train the same model
-    # up to the order of floating-point sums.
-    one = train(citeseer_config(training={"seed": 0}, resources={"world_size": 1}), citeseer_parts[1], tmp_path / "one")
-    accuracy_one = one.read_json("metrics.json")["test_accuracy"]
-    accuracy_two = two_worker_runs[0].read_json("metrics.json")["test_accuracy"]
-    print("full-graph CiteSeer test accuracy, seed 0: 1 worker", accuracy_one, "2 workers", accuracy_two)
-    assert abs(accuracy_one - accuracy_two) <= 0.01
+    # Dropout masks follow the ids preprocess gave the nodes (not partition ids, which depend on the
+    # number of partitions) and rank 0's generator: 1 and 2 workers train the same model up to the
+    # order of floating-point sums, epoch by epoch. 20 epochs cover the steep part of the curve.
+    epochs = 20
+    one = train(citeseer_config(training={"seed": 0, "epochs": epochs}, resources={"world_size": 1}), citeseer_parts[1], tmp_path / "one")
+    curves = [
+        [json.loads(line) for line in run.read_bytes("metrics.jsonl").decode().splitlines()][:epochs] for run in (one, two_worker_runs[0])
+    ]
+    losses = [[line["loss"] for line in curve] for curve in curves]
+    accuracies = [[line["val_accuracy"] for line in curve] for curve in curves]
+    print("full-graph CiteSeer, 1 and 2 workers, losses:", losses, "validation accuracy:", accuracies)
+    assert len(losses[0]) == len(losses[1]) == epochs and losses[0][-1] < 0.5 * losses[0][0]  # it learnt
+    assert max(abs(a - b) for a, b in zip(*losses, strict=True)) <= 1e-4
+    assert max(abs(a - b) for a, b in zip(*accuracies, strict=True)) <= 2 / 500  # two of the 500 validation nodes
 
 
 @needs_citeseer

@@ -38,7 +38,10 @@ pytestmark = pytest.mark.multiworker
 # on validation and on test. How well each ranks at its best epoch (0.91-0.92 test ROC-AUC for
 # graphsage / gat / rgcn at 30-60 epochs) is measured by benchmarks/hetero_link.py, not here.
 MIN_ROC_AUC = 0.75
-EPOCHS = 8  # enough to show learning for every model; their best validation epochs came at 24-28 (benchmarks/hetero_link.py)
+# Enough to show learning for every model (their best validation epochs came at 24-28, benchmarks/hetero_link.py):
+# over two runs at 6 epochs, test ROC-AUC 0.866-0.872 for graphsage (0.845-0.846 scored by infer), 0.847-0.848 for gat
+# and 0.873 for rgcn (sampling makes runs differ a little).
+EPOCHS = 6
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ def test_every_model_predicts_citations_over_papers_and_words(tmp_path, hetero_c
     )
     model = train(config, hetero_citeseer.root.join("parts"), tmp_path / "model")
     metrics = model.read_json("metrics.json")
+    print(f"{model_type}, {EPOCHS} epochs: validation ROC-AUC {metrics['val_roc_auc']:.4f}, test {metrics['test_roc_auc']:.4f}")
     assert metrics["test_count"] == hetero_citeseer.split_sizes["test"], metrics
     assert metrics["val_roc_auc"] >= MIN_ROC_AUC and metrics["test_roc_auc"] >= MIN_ROC_AUC, metrics
     if model_type != "graphsage":
@@ -105,6 +109,7 @@ def test_every_model_predicts_citations_over_papers_and_words(tmp_path, hetero_c
     counts = embeddings.manifest.counts
     assert counts["nodes.paper"] == 3327 and counts["nodes.word"] == 3703, counts
     scored = embeddings.read_json("metrics.json")
+    print(f"{model_type}: test ROC-AUC scored by infer {scored['test_roc_auc']:.4f}")
     assert scored["test_roc_auc"] >= MIN_ROC_AUC, scored
     assert 0 < scored["test_mrr"] <= 1 and 0 <= scored["test_hits@10"] <= 1, scored
 
@@ -123,7 +128,8 @@ def test_retrieval_lists_k_papers_per_paper_and_its_metrics_recompute_from_the_f
         model={"decoder": "dot", "dropout": 0.1},
         retrieval={"k": 10, "exact_below": 0, "recall_sample_fraction": 0.2},
     )
-    raw["training"] |= {"epochs": 15, "early_stopping_patience": None}
+    # Four epochs: 14-16% of the test citations found over two runs (17% after 8 epochs).
+    raw["training"] |= {"epochs": 4, "early_stopping_patience": None}
     config = GnnflowConfig.model_validate(raw)
     parts = hetero_citeseer.root.join("parts")
     model = train(config, parts, tmp_path / "model")
@@ -156,7 +162,8 @@ def test_retrieval_lists_k_papers_per_paper_and_its_metrics_recompute_from_the_f
     assert metrics["test_retrieval_recall@10"] == pytest.approx(recall, abs=1e-12)
     assert metrics["test_retrieval_hits@10"] == pytest.approx(found.mean(), abs=1e-12)
     assert metrics["test_retrieval_mrr@10"] == pytest.approx((1.0 / ranks[found]).sum() / len(ranks), abs=1e-12)
-    assert found.mean() > 5 * 10 / 3326  # well above 10 random papers (0.043 after these 15 epochs)
+    print(f"retrieval: {found.mean():.4f} of the test citations in the top 10, ANN recall {metrics['test_ann_recall@10_vs_exact']}")
+    assert found.mean() > 5 * 10 / 3326  # well above 10 random papers (0.137-0.156 after these 4 epochs)
 
     # The index shards are what a serving system loads: every paper once, row → original id.
     loaded = [

@@ -64,7 +64,7 @@ def _gcn(conv: nn.Module, h: torch.Tensor, graph: FullGraph) -> torch.Tensor:
 
 
 def _dropout(encoder: nn.Module, h: torch.Tensor, graph: FullGraph, key: int | None, layer: int) -> torch.Tensor:
-    return node_dropout(h, graph.ids, encoder.dropout.p, encoder.training, key, layer)
+    return node_dropout(h, graph.dropout_ids, encoder.dropout.p, encoder.training, key, layer)
 
 
 def encode(encoder: nn.Module, graph: FullGraph, x: torch.Tensor, dropout_key: int | None = None) -> torch.Tensor:

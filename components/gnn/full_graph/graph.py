@@ -45,15 +45,29 @@ def aggregation_edges(edge_index: torch.Tensor, own_ids: torch.Tensor, count: in
 @dataclass(frozen=True)
 class FullGraph:
     """One worker's graph: the plan, (n,) partition ids of its rows, and for GCN the (n,)
-    deg^-1/2 of its nodes (self-loop included)."""
+    deg^-1/2 of its nodes (self-loop included). ``mask_ids``: (n,) the ids dropout masks are drawn
+    by, the ones preprocess gave the nodes: partition ids depend on how many partitions there are,
+    and 1 and N workers must drop the same units of the same node."""
 
     plan: AggregationPlan
     ids: torch.Tensor
     gcn_norm: torch.Tensor | None = None
+    mask_ids: torch.Tensor | None = None
+
+    @property
+    def dropout_ids(self) -> torch.Tensor:
+        return self.ids if self.mask_ids is None else self.mask_ids
 
 
 def build_full_graph(
-    edges: torch.Tensor, own_ids: torch.Tensor, counts: list[int], rank: int, *, gcn: bool = False, block_rows: int = DEFAULT_BLOCK_ROWS
+    edges: torch.Tensor,
+    own_ids: torch.Tensor,
+    counts: list[int],
+    rank: int,
+    *,
+    gcn: bool = False,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+    mask_ids: torch.Tensor | None = None,
 ) -> FullGraph:
     """The graph of worker ``rank`` over ``edges`` (2, e) [neighbour partition id; local row];
     ``own_ids``: (n,) partition ids of the local rows (a permutation of the partition's range);
@@ -79,7 +93,8 @@ def build_full_graph(
         neighbour = torch.cat([neighbour[rest], own_ids.to(torch.int64)])
         row = torch.cat([row[rest], torch.arange(n)])
     plan = build_plan(neighbour, row, position, counts, rank, len(counts), block_rows)
-    return FullGraph(plan, own_ids.to(torch.int64), plan.degree.pow(-0.5) if gcn else None)
+    norm = plan.degree.pow(-0.5) if gcn else None
+    return FullGraph(plan, own_ids.to(torch.int64), norm, None if mask_ids is None else mask_ids.to(torch.int64))
 
 
 def partition_graph(
@@ -100,4 +115,5 @@ def partition_graph(
     if len(counts) != world_size:
         raise GnnflowError(f"{len(counts)} partitions for {world_size} workers: full-graph runs one worker per partition")
     edges = aggregation_edges(edge_index, own, sum(counts), part.metadata.edge_assignment)
-    return build_full_graph(edges, own, counts, part.index, gcn=gcn, block_rows=block_rows)
+    source = part.nodes[node_type].get("source_id")
+    return build_full_graph(edges, own, counts, part.index, gcn=gcn, block_rows=block_rows, mask_ids=source)

@@ -34,7 +34,7 @@ def normalised_sum(h: torch.Tensor, graph: FullGraph) -> torch.Tensor:
 
 def _appnp(encoder: APPNPEncoder, graph: FullGraph, x: torch.Tensor, key: int | None) -> torch.Tensor:
     p = encoder.dropout.p
-    h0 = encoder.transform(x, lambda h, layer: node_dropout(h, graph.ids, p, encoder.training, key, layer))
+    h0 = encoder.transform(x, lambda h, layer: node_dropout(h, graph.dropout_ids, p, encoder.training, key, layer))
     alpha = encoder.teleport
     h = h0
     for _ in range(encoder.steps):
@@ -52,10 +52,10 @@ def _gcnii_layer(conv: nn.Module, h: torch.Tensor, h0: torch.Tensor, graph: Full
 
 def _gcnii(encoder: GCNIIEncoder, graph: FullGraph, x: torch.Tensor, key: int | None) -> torch.Tensor:
     p, training = encoder.dropout.p, encoder.training
-    h = h0 = F.relu(encoder.lin(node_dropout(x, graph.ids, p, training, key, 0)))
+    h = h0 = F.relu(encoder.lin(node_dropout(x, graph.dropout_ids, p, training, key, 0)))
     last = len(encoder.convs) - 1
     for i, conv in enumerate(encoder.convs):
-        h = _gcnii_layer(conv, node_dropout(h, graph.ids, p, training, key, i + 1), h0, graph)
+        h = _gcnii_layer(conv, node_dropout(h, graph.dropout_ids, p, training, key, i + 1), h0, graph)
         if i < last:
             h = F.relu(h)
     return h
