@@ -32,6 +32,11 @@ from tests.test_train import NODE_CLASSIFICATION
 pytestmark = pytest.mark.multiworker
 
 STEPS = ["preprocess", "serialize", "partition", "train", "infer", "report"]
+# The demo is learnt within a few epochs; what the reruns below check is which steps run again.
+DEMO_EPOCHS = 4
+# More epochs continue the published model's run (3 or 4 epochs): the SIGTERM, sent at its first
+# new checkpoint, has 4 or more epochs left to land in.
+SIGTERM_EPOCHS = DEMO_EPOCHS + 4
 
 
 def _ran_and_skipped(root) -> dict[str, str]:
@@ -41,7 +46,7 @@ def _ran_and_skipped(root) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo") / "run"
-    assert gnnflow(["run", "--output", str(root), "--set", "training.epochs=8"]) == 0
+    assert gnnflow(["run", "--output", str(root), "--set", f"training.epochs={DEMO_EPOCHS}"]) == 0
     return root
 
 
@@ -68,18 +73,18 @@ def test_rerun_skips_up_to_date_steps_and_reruns_what_changed(demo_run, capsys):
     before = {s: v["generation"] for s, v in _ran_and_skipped(demo_run).items()}
     config = str(demo_run / "config.yaml")
     capsys.readouterr()
-    assert gnnflow(["run", "--config", config, "--output", str(demo_run), "--set", "training.epochs=8"]) == 0
+    assert gnnflow(["run", "--config", config, "--output", str(demo_run), "--set", f"training.epochs={DEMO_EPOCHS}"]) == 0
     out = capsys.readouterr().out
     assert "skipped (up to date): preprocess, serialize, partition, train, infer, report" in out
     assert {s: v["generation"] for s, v in _ran_and_skipped(demo_run).items()} == before
 
     # A training change reruns train and what follows it, nothing before it.
-    assert gnnflow(["run", "--config", config, "--output", str(demo_run), "--set", "training.epochs=6"]) == 0
+    assert gnnflow(["run", "--config", config, "--output", str(demo_run), "--set", f"training.epochs={DEMO_EPOCHS - 1}"]) == 0
     out = capsys.readouterr().out
     assert "skipped (up to date): preprocess, serialize, partition" in out
     after = {s: v["generation"] for s, v in _ran_and_skipped(demo_run).items()}
     assert [s for s in STEPS if after[s] == before[s]] == ["preprocess", "serialize", "partition"]
-    assert storage.open_published(demo_run / "model").read_json("metrics.json")["epochs_run"] <= 6
+    assert storage.open_published(demo_run / "model").read_json("metrics.json")["epochs_run"] <= DEMO_EPOCHS - 1
 
 
 def test_a_run_stopped_by_sigterm_in_train_exits_75_and_its_rerun_resumes_train_only(demo_run):
@@ -99,7 +104,7 @@ def test_a_run_stopped_by_sigterm_in_train_exits_75_and_its_rerun_resumes_train_
         "--output",
         str(demo_run),
         "--set",
-        "training.epochs=12",
+        f"training.epochs={SIGTERM_EPOCHS}",
         "--set",
         "training.checkpoint_every_batches=4",
         "--set",
@@ -122,7 +127,7 @@ def test_a_run_stopped_by_sigterm_in_train_exits_75_and_its_rerun_resumes_train_
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "skipped (up to date): preprocess, serialize, partition" in rerun.stdout
     assert "resuming from the checkpoint of" in rerun.stderr
-    assert storage.open_published(demo_run / "model").read_json("metrics.json")["epochs_run"] == 12
+    assert storage.open_published(demo_run / "model").read_json("metrics.json")["epochs_run"] == SIGTERM_EPOCHS
     assert "ProcessGroupGloo" not in rerun.stderr
     assert "UserWarning" not in rerun.stderr, rerun.stderr[-3000:]
 

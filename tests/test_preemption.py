@@ -66,12 +66,20 @@ def _mid_epoch_checkpoint(model: Path, proc: subprocess.Popen, timeout_s: float 
     uri = storage.parse_uri(model)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
-        if (model / checkpoint.CHECKPOINT_FILE).exists():
-            state = _any_checkpoint(uri)
-            if state is not None and state.mid_epoch:
-                return state
+        state = _checkpoint_or_none(uri)
+        if state is not None and state.mid_epoch:
+            return state
         time.sleep(0.02)
     raise AssertionError(f"no mid-epoch checkpoint appeared (exit code {proc.poll()})")
+
+
+def _checkpoint_or_none(uri: storage.Uri) -> checkpoint.TrainingState | None:
+    """The checkpoint, or None while there is none: a save moves the current file aside before it
+    writes the new one (each file appears whole), so a poll can land between the two."""
+    try:
+        return _any_checkpoint(uri)
+    except GnnflowError:
+        return None
 
 
 def _any_checkpoint(uri: storage.Uri) -> checkpoint.TrainingState | None:

@@ -52,3 +52,22 @@ def test_a_model_that_does_not_learn_fails_the_step_and_publishes_nothing(tmp_pa
     assert "training.learning_rate" in message and "training.stop_at_chance_epochs: null" in message, message
     with pytest.raises(GnnflowError, match="is not a published output"):
         storage.open_published(tmp_path / "model", step="train")
+
+
+def test_a_batch_without_a_labelled_seed_adds_nothing_to_the_loss(tmp_path, one_sided_validation):
+    """The demo graph's training split holds unlabelled nodes; one seed a batch makes some batches
+    hold no label at all. Their loss is 0 (an empty mean would be nan and poison the epoch's)."""
+    from components.partition.output import read_partition
+    from components.schema import NO_LABEL, SPLIT_CODES
+
+    raw, partitions, _ = one_sided_validation
+    published = storage.open_published(partitions, step="partition")
+    unlabelled = 0
+    for index in range(2):
+        nodes = read_partition(published, index).nodes["paper"]
+        unlabelled += int(((nodes["split"] == SPLIT_CODES["train"]) & (nodes["label"].reshape(-1) == NO_LABEL)).sum())
+    assert unlabelled > 0
+    model = train(with_updates(raw, training={"batch_size": 1, "epochs": 1}), partitions, tmp_path / "model")
+    lines = model.read_bytes("metrics.jsonl").decode().splitlines()
+    losses = [float(line.split('"loss": ')[1].split(",")[0]) for line in lines]
+    assert len(losses) == 1 and all(math.isfinite(loss) and loss > 0 for loss in losses), losses

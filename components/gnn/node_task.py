@@ -103,7 +103,8 @@ class NodeTask:
             leaves = self.embeddings.attach(batch) if self.embeddings is not None else []
             logits = model(batch)[: len(y)]
             labelled = y >= 0
-            loss = F.cross_entropy(logits[labelled], y[labelled])
+            # A batch can hold no labelled seed (a small batch of a sparsely labelled graph): its loss is 0, not nan.
+            loss = F.cross_entropy(logits[labelled], y[labelled], reduction="sum") / max(int(labelled.sum()), 1)
             loss.backward()
             if self.embeddings is not None:
                 self.embeddings.push(leaves)
