@@ -40,9 +40,11 @@ from components.config import (
     TaskType,
     TrainingSpec,
 )
+from components.config.inference import InferSpec
 from components.errors import GnnflowError
 from components.tables import reading as tables
 from components.tables.bigquery_tables import bigquery_chunks, read_bigquery_header_and_sample, start_table_read
+from components.tables.learning_choice import PROPOSED, LearningChoice, applicable
 from components.warehouse.table_ref import is_bigquery_uri, parse_table_uri
 
 ONE_HOT_MAX_VALUES = 32
@@ -196,8 +198,8 @@ def count_training_rows(
 
 def size_epochs(training_rows: float, training: TrainingSpec, world_size: int, min_steps: int = MIN_OPTIMIZER_STEPS) -> TrainingSpec:
     """``training`` with epochs and patience raised so that a run takes at least ``min_steps``
-    optimizer steps, early stopping included."""
-    steps_per_epoch = max(1, math.ceil(training_rows / (training.batch_size * world_size)))
+    optimizer steps, early stopping included (full-graph training takes one step an epoch)."""
+    steps_per_epoch = 1 if training.mode == "full_graph" else max(1, math.ceil(training_rows / (training.batch_size * world_size)))
     epochs = max(training.epochs, math.ceil(min_steps / steps_per_epoch))
     patience = training.early_stopping_patience
     if patience is not None:
@@ -250,10 +252,11 @@ def propose_config(
     hidden_channels: int = PROPOSED_HIDDEN_CHANNELS,
     min_optimizer_steps: int = MIN_OPTIMIZER_STEPS,
     row_normalize_multi_hot: bool = ROW_NORMALIZE_MULTI_HOT,
+    choice: LearningChoice = PROPOSED,
 ) -> GnnflowConfig:
     """A complete config for one node table and one edge table (``hidden_channels``,
-    ``min_optimizer_steps`` and ``row_normalize_multi_hot``: the proposal's constants, varied by
-    benchmarks/init_config_constants.py)."""
+    ``min_optimizer_steps``, ``row_normalize_multi_hot`` and ``choice``: the proposal's constants,
+    varied by benchmarks/init_config_constants.py and benchmarks/init_config_models.py)."""
     return propose_graph_config(
         [NodeTable(node_type, nodes, id_column, label_column, split_column)],
         [EdgeTable(relation, edges, src_column, dst_column, node_type, node_type)],
@@ -262,6 +265,7 @@ def propose_config(
         hidden_channels=hidden_channels,
         min_optimizer_steps=min_optimizer_steps,
         row_normalize_multi_hot=row_normalize_multi_hot,
+        choice=choice,
     )
 
 
@@ -300,9 +304,11 @@ def propose_graph_config(
     hidden_channels: int = PROPOSED_HIDDEN_CHANNELS,
     min_optimizer_steps: int = MIN_OPTIMIZER_STEPS,
     row_normalize_multi_hot: bool = ROW_NORMALIZE_MULTI_HOT,
+    choice: LearningChoice = PROPOSED,
 ) -> GnnflowConfig:
     """A complete config for any number of typed node and edge tables: a transform per column,
-    the task's target, and epochs sized from the target's training rows (labelled nodes, or edges)."""
+    the task's target, the model, training mode and smoothing of ``choice`` where the graph allows
+    them, and epochs sized from the target's training rows (labelled nodes, or edges)."""
     target = _check_tables(nodes, edges, task, target)
     node_specs, samples = [], {}
     for node in nodes:
@@ -347,10 +353,14 @@ def propose_graph_config(
         others = seen - {split.train_value, split.val_value, split.test_value}
         split = SplitSpec(none_values=sorted(set(split.none_values) | others))
     several = len(nodes) > 1 or len(edges) > 1
+    graph = GraphSpec(nodes=node_specs, edges=edge_specs)
+    chosen = applicable(choice, graph, task, target)
     config = GnnflowConfig(
-        graph=GraphSpec(nodes=node_specs, edges=edge_specs),
+        graph=graph,
         task=TaskSpec(type=task, target=target if several else None, split=split),
-        model=ModelSpec(hidden_channels=hidden_channels),
+        model=ModelSpec(type=chosen.model_type, hidden_channels=hidden_channels),
+        training=TrainingSpec(mode=chosen.training_mode),
+        infer=InferSpec(smoothing=chosen.smoothing),
         output=OutputSpec(root=output_root),
     )
     enough = rows_keeping_defaults(config.training, config.resources.world_size, min_optimizer_steps)
@@ -367,7 +377,12 @@ def propose_graph_config(
 
 def render(config: GnnflowConfig, sources: str) -> str:
     """The YAML a user edits: a comment on where it came from, then every field."""
+    exact = (
+        "# training.mode is full_graph: infer the model the same way, `gnnflow run --config ... --infer-mode exact`.\n"
+        if config.training.mode == "full_graph"
+        else ""
+    )
     return (
         f"# gnnflow config proposed by `gnnflow init-config` from {sources}.\n"
-        "# Every field is shown with its value; see README.md (Configuration) for what each means.\n" + config.to_yaml()
+        "# Every field is shown with its value; see README.md (Configuration) for what each means.\n" + exact + config.to_yaml()
     )
