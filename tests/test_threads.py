@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from components.config.resources import ThreadsSpec
-from components.runtime.threads import plan_threads, replica_cores
+from components.runtime.launcher import launch
+from components.runtime.threads import OPENMP_WAIT_POLICY, openmp_wait_policy, plan_threads, replica_cores
 
 
 def test_a_16_vcpu_replica_gives_each_trainer_its_share():
@@ -51,3 +52,17 @@ def test_a_cgroup_quota_caps_the_cores(tmp_path, cpu_max, cap):
 def test_counts_below_one_are_refused():
     with pytest.raises(ValidationError, match="compute"):
         ThreadsSpec(compute=0)
+
+
+def test_openmp_threads_sleep_when_idle_unless_the_environment_says_otherwise():
+    assert openmp_wait_policy(environ := {}) == "PASSIVE" and environ == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert openmp_wait_policy(environ := {"OMP_WAIT_POLICY": "ACTIVE"}) == "ACTIVE" and environ == {"OMP_WAIT_POLICY": "ACTIVE"}
+
+
+def _wait_policy(ctx) -> str | None:  # noqa: ARG001
+    return os.environ.get("OMP_WAIT_POLICY")
+
+
+def test_launched_workers_get_the_wait_policy():
+    expected = os.environ.get("OMP_WAIT_POLICY", OPENMP_WAIT_POLICY)  # a value set before the first launch stays
+    assert launch(_wait_policy, world_size=2) == [expected, expected]

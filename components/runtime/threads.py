@@ -16,6 +16,13 @@ Each of the replica's local workers gets an equal share. Within a share:
 Every count is overridable under ``resources.threads`` (and ``training.sampling_workers``).
 Oversubscribing (more busy threads than cores) is what the policy avoids: on 2 cores, two
 trainers with two intra-op threads each ran slower than with one.
+
+Idle OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, see
+:func:`openmp_wait_policy`) unless the environment says otherwise: on a 2-core machine shared
+with other work, a worker's two intra-op threads spun out their time slices between operations
+and every parallel operation then waited milliseconds for the preempted one (a 213k-element
+ReLU: 0.02 ms on one thread, 7-12 ms on two spinning, 0.03-0.04 ms on two sleeping; a full-graph
+CiteSeer epoch of GCNII 2.7 s against 0.15 s, benchmarks/full_graph_epoch.py).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -38,6 +46,14 @@ Work = Literal["collocated", "multiprocess", "compute"]
 # (benchmarks/thread_policy.py, RESULTS); the mostly idle RPC thread shares a small one.
 RPC_CORE_FROM_SHARE = 4
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+OPENMP_WAIT_POLICY = "PASSIVE"  # the module docstring says why
+
+
+def openmp_wait_policy(environ: MutableMapping[str, str] = os.environ) -> str:
+    """Sets ``OMP_WAIT_POLICY`` for the worker processes about to start, unless it is set already;
+    returns the policy they get. OpenMP reads it once, when torch loads it: this must run before
+    the process that imports torch for the workers (the launcher's fork server) starts."""
+    return environ.setdefault("OMP_WAIT_POLICY", OPENMP_WAIT_POLICY)
 
 
 def replica_cores(cgroup_cpu_max: Path = CGROUP_CPU_MAX) -> int:
@@ -112,7 +128,7 @@ def use_worker_threads(threads: ThreadsSpec, local_workers: int, rank: int, work
     )
     apply_threads(plan)
     if rank == 0:
-        log.info("threads: %s", plan.describe())
+        log.info("threads: %s; idle OpenMP threads: %s", plan.describe(), os.environ.get("OMP_WAIT_POLICY", "OpenMP's default wait"))
     return plan
 
 

@@ -11,7 +11,9 @@ chunk into its (n, d) result, and drops it. Nothing fetched is kept for backward
 - max: which neighbour won does depend on the values, so backward fetches every chunk again
   (rematerialization) and routes each output gradient to the rows equal to the maximum.
 
-Both save only local tensors (max: its local input, output and tie counts, (n, d) each).
+The sum's step 0 (a worker's own rows) is one sparse product over the local rows, without
+copying them (:func:`_local`). Both save only local tensors (max: its local input, output and
+tie counts, (n, d) each).
 Every worker must run the same layers in the same order (the sends pair up step by step).
 """
 
@@ -97,9 +99,25 @@ def _adjacency(plan: AggregationPlan, step: int, chunk: int, transpose: bool) ->
     return plan.cache[key]
 
 
+def _local(plan: AggregationPlan, transpose: bool) -> torch.Tensor:
+    """Step 0's edges (those between this worker's own rows) as one sparse CSR matrix (n, n) over
+    the local rows themselves, or its transpose: the local sum is one product, with no copy of
+    the rows it reads. Built once per plan."""
+    key = ("local", transpose)
+    if key not in plan.cache:
+        block = plan.fetch[0]
+        rows, cols = block.rows, plan.serve[0][block.cols]  # step 0 serves itself: fetched row i is local row serve[i]
+        index = torch.stack([cols, rows] if transpose else [rows, cols])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            size = (plan.num_rows, plan.num_rows)
+            plan.cache[key] = torch.sparse_coo_tensor(index, torch.ones(len(rows)), size).coalesce().to_sparse_csr()
+    return plan.cache[key]
+
+
 def _sum_forward(plan: AggregationPlan, h: torch.Tensor) -> torch.Tensor:
-    out = h.new_zeros((plan.num_rows, h.shape[1]))
-    for step in range(plan.world_size):
+    out = _local(plan, transpose=False) @ h
+    for step in range(1, plan.world_size):
         for chunk, values in _ring(plan, step, h):
             if values is not None:
                 out += _adjacency(plan, step, chunk, transpose=False) @ values
@@ -107,8 +125,8 @@ def _sum_forward(plan: AggregationPlan, h: torch.Tensor) -> torch.Tensor:
 
 
 def _sum_backward(plan: AggregationPlan, grad_out: torch.Tensor) -> torch.Tensor:
-    grad_h = torch.zeros_like(grad_out)
-    for step in range(plan.world_size):
+    grad_h = _local(plan, transpose=True) @ grad_out
+    for step in range(1, plan.world_size):
         fetched = plan.fetch_chunks(step)
         for chunk in range(max(len(fetched), len(plan.serve_chunks(step)))):
             gradient = None

@@ -6,7 +6,6 @@ convolution recomputed here from its own parameters with sequential aggregation.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from components.errors import GnnflowError
@@ -14,6 +13,7 @@ from components.gnn.full_graph.aggregate import aggregate
 from components.gnn.full_graph.graph import FullGraph
 from components.gnn.full_graph.node_dropout import node_dropout
 from components.gnn.full_graph.propagation import describe, encode_propagation
+from components.gnn.full_graph.sparse_input import SparseFeatures, linear
 from components.gnn.propagation import APPNPEncoder, GCNIIEncoder, PropagationEncoder
 
 
@@ -42,24 +42,31 @@ def check_encoder(encoder: nn.Module) -> None:
         )
 
 
-def _sage(conv: nn.Module, h: torch.Tensor, graph: FullGraph) -> torch.Tensor:
+def _projects_first(conv: nn.Module) -> bool:
+    """Whether a SAGEConv applies lin_l before aggregating: sum and mean commute with the linear
+    map, so a narrowing layer projects first and fetches narrower rows."""
+    return conv.aggr != "max" and conv.lin_l.out_channels < conv.lin_l.in_channels
+
+
+def _sage(conv: nn.Module, h: torch.Tensor | SparseFeatures, graph: FullGraph) -> torch.Tensor:
     """SAGEConv: lin_l(aggregate of neighbours) + lin_r(self)."""
     lin = conv.lin_l
-    if conv.aggr != "max" and lin.out_channels < lin.in_channels:
-        # Sum and mean commute with the linear map: project first and fetch narrower rows.
-        out = aggregate(F.linear(h, lin.weight), graph.plan, conv.aggr)
+    if _projects_first(conv):
+        out = aggregate(linear(h, lin.weight), graph.plan, conv.aggr)
         out = out + lin.bias if lin.bias is not None else out
     else:
+        if isinstance(h, SparseFeatures):
+            raise GnnflowError("sparse features need a first layer that projects them first")  # reads_input_linearly said no
         out = lin(aggregate(h, graph.plan, conv.aggr))
-    return out + conv.lin_r(h) if conv.root_weight else out
+    return out + linear(h, conv.lin_r.weight, conv.lin_r.bias) if conv.root_weight else out
 
 
-def _gcn(conv: nn.Module, h: torch.Tensor, graph: FullGraph) -> torch.Tensor:
+def _gcn(conv: nn.Module, h: torch.Tensor | SparseFeatures, graph: FullGraph) -> torch.Tensor:
     """GCNConv: D^-1/2 (A + I) D^-1/2 (h W) + b; each owner scales its rows by its own deg^-1/2."""
     if graph.gcn_norm is None:
         raise GnnflowError("a GCN layer needs a graph built with gcn=True")
     norm = graph.gcn_norm.unsqueeze(1)
-    out = norm * aggregate(norm * conv.lin(h), graph.plan, "sum")
+    out = norm * aggregate(norm * linear(h, conv.lin.weight, conv.lin.bias), graph.plan, "sum")
     return out + conv.bias if conv.bias is not None else out
 
 
@@ -67,8 +74,9 @@ def _dropout(encoder: nn.Module, h: torch.Tensor, graph: FullGraph, key: int | N
     return node_dropout(h, graph.dropout_ids, encoder.dropout.p, encoder.training, key, layer)
 
 
-def encode(encoder: nn.Module, graph: FullGraph, x: torch.Tensor, dropout_key: int | None = None) -> torch.Tensor:
-    """(n, in_dim) features of this worker's nodes → (n, hidden) embeddings; collective.
+def encode(encoder: nn.Module, graph: FullGraph, x: torch.Tensor | SparseFeatures, dropout_key: int | None = None) -> torch.Tensor:
+    """(n, in_dim) features of this worker's nodes (dense, or sparse where
+    :func:`reads_input_linearly`) → (n, hidden) embeddings; collective.
 
     Dropout follows ``encoder.training``; with ``dropout_key`` its masks are drawn per node id
     from that key (the same on every worker count), otherwise from torch's generator.
@@ -77,13 +85,13 @@ def encode(encoder: nn.Module, graph: FullGraph, x: torch.Tensor, dropout_key: i
 
     if isinstance(encoder, PropagationEncoder):
         return encode_propagation(encoder, graph, x, dropout_key)
-    h = x
+    h: torch.Tensor | SparseFeatures = x
+    out = torch.empty(0)
     last = len(encoder.convs) - 1
     for i, conv in enumerate(encoder.convs):
-        h = _sage(conv, h, graph) if isinstance(conv, SAGEConv) else _gcn(conv, h, graph)
-        if i < last:
-            h = _dropout(encoder, encoder.act(h), graph, dropout_key, i)
-    return h
+        out = _sage(conv, h, graph) if isinstance(conv, SAGEConv) else _gcn(conv, h, graph)
+        h = _dropout(encoder, encoder.act(out), graph, dropout_key, i) if i < last else out
+    return out
 
 
 def uses_gcn(encoder: nn.Module) -> bool:
@@ -98,3 +106,14 @@ def uses_gcn(encoder: nn.Module) -> bool:
 def depth(encoder: nn.Module) -> str:
     """What a log line says of the encoder's depth."""
     return describe(encoder) if isinstance(encoder, PropagationEncoder) else f"{len(encoder.convs)} layers"
+
+
+def reads_input_linearly(encoder: nn.Module) -> bool:
+    """Whether ``encoder``'s first operation on the features is a linear map (then they may be
+    :class:`~.sparse_input.SparseFeatures`)."""
+    from torch_geometric.nn import SAGEConv
+
+    if isinstance(encoder, PropagationEncoder):
+        return True
+    first = encoder.convs[0]
+    return not isinstance(first, SAGEConv) or _projects_first(first)

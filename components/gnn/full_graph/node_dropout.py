@@ -29,6 +29,29 @@ def _splitmix32(z: torch.Tensor) -> torch.Tensor:
     return (z >> 32).to(torch.int32)
 
 
+def _hashes(ids: torch.Tensor, width: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n,) int32 hashes of nodes ``ids`` and (width,) of the columns, salted with ``key``."""
+    salt = _as_int64(key * _GOLDEN)
+    rows = _splitmix32(ids.to(torch.int64) * 2 + salt)
+    columns = _splitmix32(torch.arange(width, dtype=torch.int64) * 2 + 1 + salt)
+    return rows, columns
+
+
+def _kept(z: torch.Tensor, p: float) -> torch.Tensor:
+    """bool of the same shape: murmur3's finaliser of the int32 sums ``z`` (overwritten), kept when
+    its low 24 bits reach p * 2^24. In place with one scratch tensor: each extra pass over a
+    (nodes, columns) int32 tensor cost as much as the arithmetic."""
+    scratch = torch.empty_like(z)
+    for bits, factor in ((16, _FMIX1), (13, _FMIX2), (16, None)):
+        torch.bitwise_right_shift(z, bits, out=scratch)
+        scratch &= (1 << (32 - bits)) - 1  # a logical shift: torch shifts int32 arithmetically
+        z ^= scratch
+        if factor is not None:
+            z *= factor
+    z &= (1 << _BITS) - 1
+    return z >= round(p * (1 << _BITS))
+
+
 def node_keep(ids: torch.Tensor, width: int, key: int, p: float) -> torch.Tensor:
     """(n, width) bool: which units of nodes ``ids`` dropout with rate ``p`` keeps, a pure function
     of (key, node id, column).
@@ -39,16 +62,20 @@ def node_keep(ids: torch.Tensor, width: int, key: int, p: float) -> torch.Tensor
     the finaliser on int32 is about a quarter of that, with the same keep rate and no correlation
     between rows or columns (tests/test_node_dropout.py).
     """
-    salt = _as_int64(key * _GOLDEN)
-    rows = _splitmix32(ids.to(torch.int64) * 2 + salt)
-    columns = _splitmix32(torch.arange(width, dtype=torch.int64) * 2 + 1 + salt)
-    z = rows.unsqueeze(1) + columns  # int32, wrapping
-    z ^= _shift(z, 16)
-    z *= _FMIX1
-    z ^= _shift(z, 13)
-    z *= _FMIX2
-    z ^= _shift(z, 16)
-    return (z & ((1 << _BITS) - 1)) >= round(p * (1 << _BITS))
+    rows, columns = _hashes(ids, width, key)
+    return _kept(rows.unsqueeze(1) + columns, p)  # int32, wrapping
+
+
+def node_keep_at(ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, width: int, key: int, p: float) -> torch.Tensor:
+    """(e,) bool: :func:`node_keep`'s ``[rows, cols]`` entries alone, for sparse inputs (only the
+    units holding a non-zero need a mask: CiteSeer's features are 0.9% non-zero)."""
+    row_hash, column_hash = _hashes(ids, width, key)
+    return _kept(row_hash[rows] + column_hash[cols], p)
+
+
+def dropout_key(key: int, layer: int) -> int:
+    """The key of layer ``layer``'s masks in a pass drawn with ``key``."""
+    return key * 1_000_003 + layer
 
 
 def node_dropout(h: torch.Tensor, ids: torch.Tensor, p: float, training: bool, key: int | None, layer: int) -> torch.Tensor:
@@ -58,5 +85,5 @@ def node_dropout(h: torch.Tensor, ids: torch.Tensor, p: float, training: bool, k
         return h
     if key is None:
         return F.dropout(h, p, training=True)
-    keep = node_keep(ids, h.shape[1], key * 1_000_003 + layer, p)
+    keep = node_keep(ids, h.shape[1], dropout_key(key, layer), p)
     return h * (keep.to(h.dtype) * (1 / (1 - p)))

@@ -22,9 +22,10 @@ from torch import nn
 from components.config import GnnflowConfig
 from components.errors import GnnflowError
 from components.gnn.epoch import FROM_THE_START, EpochStart
-from components.gnn.full_graph.encoder import check_encoder, encode, uses_gcn
+from components.gnn.full_graph.encoder import check_encoder, encode, reads_input_linearly, uses_gcn
 from components.gnn.full_graph.graph import partition_graph
 from components.gnn.full_graph.plan import remote_edge_fraction
+from components.gnn.full_graph.sparse_input import SparseFeatures, sparse_features
 from components.gnn.interruption import BatchAgreement
 from components.gnn.metrics import all_sum, classification_metrics, confusion_matrix, label_entropy
 from components.gnn.model import decoded_features
@@ -68,7 +69,9 @@ class FullGraphNodeTask:
         self.target = schema.target
         self.num_classes = schema.node_types[self.target].num_classes
         nodes = part.nodes[self.target]
-        self.x = decoded_features(model.encoder, self.target, nodes["features"])
+        x = decoded_features(model.encoder, self.target, nodes["features"])
+        # Mostly-zero features (bag of words) stay sparse where the first layer maps them linearly.
+        self.x = sparse_features(x) if reads_input_linearly(model.encoder) else x
         self.y = nodes["label"].reshape(-1).to(torch.int64)
         labelled = self.y >= 0
         self.index = {name: torch.nonzero((nodes["split"] == code) & labelled).reshape(-1) for name, code in SPLIT_CODES.items()}
@@ -77,13 +80,14 @@ class FullGraphNodeTask:
         self.remote_fraction = remote_edge_fraction(self.graph.plan)
         plan = self.graph.plan
         log.info(
-            "rank %d: full graph: %d nodes, %d edges (%.1f%% read from other workers), %d training nodes of %d",
+            "rank %d: full graph: %d nodes, %d edges (%.1f%% read from other workers), %d training nodes of %d%s",
             part.index,
             plan.num_rows,
             plan.edges,
             100 * plan.remote_edges / max(plan.edges, 1),
             len(self.index["train"]),
             self.train_count,
+            f"; features sparse ({len(self.x.values) / max(x.numel(), 1):.1%} non-zero)" if isinstance(self.x, SparseFeatures) else "",
         )
         broadcast_parameters(model)
 

@@ -21,6 +21,7 @@ from components.errors import GnnflowError
 from components.gnn.full_graph.aggregate import aggregate
 from components.gnn.full_graph.graph import FullGraph
 from components.gnn.full_graph.node_dropout import node_dropout
+from components.gnn.full_graph.sparse_input import SparseFeatures, input_dropout, linear
 from components.gnn.propagation import APPNPEncoder, GCNIIEncoder, PropagationEncoder
 
 
@@ -32,9 +33,21 @@ def normalised_sum(h: torch.Tensor, graph: FullGraph) -> torch.Tensor:
     return norm * aggregate(norm * h, graph.plan, "sum")
 
 
-def _appnp(encoder: APPNPEncoder, graph: FullGraph, x: torch.Tensor, key: int | None) -> torch.Tensor:
-    p = encoder.dropout.p
-    h0 = encoder.transform(x, lambda h, layer: node_dropout(h, graph.dropout_ids, p, encoder.training, key, layer))
+def _mlp(encoder: APPNPEncoder, graph: FullGraph, x: torch.Tensor | SparseFeatures, key: int | None) -> torch.Tensor:
+    """APPNPEncoder.transform (dropout, then each linear layer, ReLU between), its input dense or sparse."""
+    p, training, ids = encoder.dropout.p, encoder.training, graph.dropout_ids
+    last = len(encoder.lins) - 1
+    h = linear(input_dropout(x, ids, p, training, key, 0), encoder.lins[0].weight, encoder.lins[0].bias)
+    for i, lin in enumerate(encoder.lins):
+        if i > 0:
+            h = lin(node_dropout(h, ids, p, training, key, i))
+        if i < last:
+            h = F.relu(h)
+    return h
+
+
+def _appnp(encoder: APPNPEncoder, graph: FullGraph, x: torch.Tensor | SparseFeatures, key: int | None) -> torch.Tensor:
+    h0 = _mlp(encoder, graph, x, key)
     alpha = encoder.teleport
     h = h0
     for _ in range(encoder.steps):
@@ -50,9 +63,9 @@ def _gcnii_layer(conv: nn.Module, h: torch.Tensor, h0: torch.Tensor, graph: Full
     return (1 - conv.beta) * mixed + conv.beta * (mixed @ conv.weight1)
 
 
-def _gcnii(encoder: GCNIIEncoder, graph: FullGraph, x: torch.Tensor, key: int | None) -> torch.Tensor:
+def _gcnii(encoder: GCNIIEncoder, graph: FullGraph, x: torch.Tensor | SparseFeatures, key: int | None) -> torch.Tensor:
     p, training = encoder.dropout.p, encoder.training
-    h = h0 = F.relu(encoder.lin(node_dropout(x, graph.dropout_ids, p, training, key, 0)))
+    h = h0 = F.relu(linear(input_dropout(x, graph.dropout_ids, p, training, key, 0), encoder.lin.weight, encoder.lin.bias))
     last = len(encoder.convs) - 1
     for i, conv in enumerate(encoder.convs):
         h = _gcnii_layer(conv, node_dropout(h, graph.dropout_ids, p, training, key, i + 1), h0, graph)
@@ -61,7 +74,9 @@ def _gcnii(encoder: GCNIIEncoder, graph: FullGraph, x: torch.Tensor, key: int | 
     return h
 
 
-def encode_propagation(encoder: PropagationEncoder, graph: FullGraph, x: torch.Tensor, dropout_key: int | None = None) -> torch.Tensor:
+def encode_propagation(
+    encoder: PropagationEncoder, graph: FullGraph, x: torch.Tensor | SparseFeatures, dropout_key: int | None = None
+) -> torch.Tensor:
     """(n, in_dim) features of this worker's nodes → (n, hidden) embeddings; collective."""
     if isinstance(encoder, APPNPEncoder):
         return _appnp(encoder, graph, x, dropout_key)

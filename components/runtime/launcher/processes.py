@@ -21,6 +21,8 @@ from multiprocessing import reduction
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
+from components.runtime.threads import openmp_wait_policy
+
 # Imported by the fork server where the launcher has them: what every step's worker imports.
 _LIBRARIES = ("torch", "torch_geometric", "graphlearn_torch")
 _WORKER_MAIN = "components.runtime.launcher.worker"
@@ -37,6 +39,7 @@ def worker_processes(worker_module: str) -> ForkServerContext:
     if worker_module != "__main__":  # a script's functions are found through its path instead
         preload.append(worker_module)
     context.set_forkserver_preload(preload)
+    openmp_wait_policy()  # before the server imports torch (components/runtime/threads.py says why)
     multiprocessing.forkserver.ensure_running()
     return context
 
