@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 import torch
 import yaml
 
@@ -89,3 +92,38 @@ def write_wide_graph(root: Path) -> dict:
     node = {"type": "item", "uri": str(root / "nodes.parquet"), "id_column": "id", "label_column": "label"}
     node["features"] = [{"columns": ["f*"], "transform": "passthrough"}]
     return {"nodes": [node], "edges": [{"type": "link", "uri": str(root / "edges.parquet"), "src_type": "item", "dst_type": "item"}]}
+
+
+def papers_authors_graph(tables: dict[str, Path]) -> dict:
+    """The ``graph`` section of the heterogeneous demo tables (components/demo/hetero_graph.py):
+    papers with their word columns and labels, featureless authors, ``cites`` and ``writes`` undirected."""
+    return {
+        "nodes": [
+            {
+                "type": "paper",
+                "uri": str(tables["papers"]),
+                "id_column": "paper_id",
+                "label_column": "label",
+                "features": [{"columns": ["w*"]}],
+            },
+            {"type": "author", "uri": str(tables["authors"]), "id_column": "author_id"},  # featureless
+        ],
+        "edges": [
+            {"type": "cites", "uri": str(tables["cites"]), "src_type": "paper", "dst_type": "paper", "undirected": True},
+            {
+                "type": "writes",
+                "uri": str(tables["writes"]),
+                "src_column": "author_id",
+                "dst_column": "paper_id",
+                "src_type": "author",
+                "dst_type": "paper",
+                "undirected": True,
+            },
+        ],
+    }
+
+
+def read_shards(published: storage.PublishedOutput, node_type: str) -> pd.DataFrame:
+    """Every row infer wrote for ``node_type``, from all its shards."""
+    files = published.files_under(f"embeddings/{node_type}")
+    return pd.concat([pq.read_table(io.BytesIO(published.read_bytes(f))).to_pandas() for f in files], ignore_index=True)

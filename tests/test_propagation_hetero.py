@@ -7,19 +7,16 @@ cannot do is refused with messages that say why."""
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
 from torch_geometric.data import Data, HeteroData
 
-from components import storage
 from components.config import GnnflowConfig, ModelSpec, parse_config
 from components.demo.hetero_graph import generate_hetero_demo_graph, write_hetero_demo_graph
 from components.errors import GnnflowError
@@ -32,6 +29,7 @@ from components.preprocess.step import preprocess
 from components.serialize.step import serialize
 from components.serving.predictor import ExistingNode, Predictor
 from components.train.step import train
+from tests.small_graphs import papers_authors_graph, read_shards
 
 TOLERANCE = 1e-6
 SPECS = {
@@ -191,44 +189,15 @@ RUNS = {"appnp": {"type": "appnp", "dropout": 0.2}, "gcnii": {"type": "gcnii", "
 
 
 def demo_config(tables: dict[str, Path], model: dict) -> GnnflowConfig:
-    graph = {
-        "nodes": [
-            {
-                "type": "paper",
-                "uri": str(tables["papers"]),
-                "id_column": "paper_id",
-                "label_column": "label",
-                "features": [{"columns": ["w*"]}],
-            },
-            {"type": "author", "uri": str(tables["authors"]), "id_column": "author_id"},
-        ],
-        "edges": [
-            {"type": "cites", "uri": str(tables["cites"]), "src_type": "paper", "dst_type": "paper", "undirected": True},
-            {
-                "type": "writes",
-                "uri": str(tables["writes"]),
-                "src_column": "author_id",
-                "dst_column": "paper_id",
-                "src_type": "author",
-                "dst_type": "paper",
-                "undirected": True,
-            },
-        ],
-    }
     return GnnflowConfig.model_validate(
         {
-            "graph": graph,
+            "graph": papers_authors_graph(tables),
             "task": {"type": "node_classification", "target": "paper"},
             "resources": {"world_size": WORLD_SIZE},
             "model": {"hidden_channels": 16, **model},
             "training": {"epochs": 12, "batch_size": 64, "fan_outs": [10, 5], "early_stopping_patience": None, "seed": 0},
         }
     )
-
-
-def read_shards(published: storage.PublishedOutput, node_type: str) -> pd.DataFrame:
-    files = published.files_under(f"embeddings/{node_type}")
-    return pd.concat([pq.read_table(io.BytesIO(published.read_bytes(f))).to_pandas() for f in files], ignore_index=True)
 
 
 @pytest.fixture(scope="module")

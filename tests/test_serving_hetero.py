@@ -11,16 +11,12 @@ without ``--embeddings``.
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 
-from components import storage
 from components.config import GnnflowConfig
 from components.demo.hetero_graph import HeteroDemoGraph, generate_hetero_demo_graph, write_hetero_demo_graph
 from components.infer.step import infer
@@ -31,6 +27,7 @@ from components.serving.predictor import ExistingNode, InstanceError, NewEdge, N
 from components.serving.requests import RequestError, parse_request
 from components.train.step import train
 from tests.serving_runs import server_in_thread, wait_healthy
+from tests.small_graphs import papers_authors_graph, read_shards
 
 pytestmark = pytest.mark.multiworker
 
@@ -45,30 +42,7 @@ MIN_LABEL_AGREEMENT = 0.95
 def hetero_config(tables: dict[str, Path], root: Path) -> GnnflowConfig:
     return GnnflowConfig.model_validate(
         {
-            "graph": {
-                "nodes": [
-                    {
-                        "type": "paper",
-                        "uri": str(tables["papers"]),
-                        "id_column": "paper_id",
-                        "label_column": "label",
-                        "features": [{"columns": ["w*"]}],
-                    },
-                    {"type": "author", "uri": str(tables["authors"]), "id_column": "author_id"},  # featureless
-                ],
-                "edges": [
-                    {"type": "cites", "uri": str(tables["cites"]), "src_type": "paper", "dst_type": "paper", "undirected": True},
-                    {
-                        "type": "writes",
-                        "uri": str(tables["writes"]),
-                        "src_column": "author_id",
-                        "dst_column": "paper_id",
-                        "src_type": "author",
-                        "dst_type": "paper",
-                        "undirected": True,
-                    },
-                ],
-            },
+            "graph": papers_authors_graph(tables),
             "task": {"type": "node_classification", "target": "paper"},
             "resources": {"world_size": 1},
             "model": {"hidden_channels": 16, "num_layers": 2},
@@ -76,11 +50,6 @@ def hetero_config(tables: dict[str, Path], root: Path) -> GnnflowConfig:
             "output": {"root": str(root / "run")},
         }
     )
-
-
-def read_shards(published: storage.PublishedOutput, node_type: str) -> pd.DataFrame:
-    files = published.files_under(f"embeddings/{node_type}")
-    return pd.concat([pq.read_table(io.BytesIO(published.read_bytes(f))).to_pandas() for f in files], ignore_index=True)
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -27,14 +27,9 @@ from components.serving.local_files import LocalOutput
 from components.serving.predictor import ExistingNode, InstanceError, NewEdge, NewNode, Predictor
 from components.tables.proposal import propose_config
 from components.train.step import train
-from tests.small_graphs import with_updates
+from tests.small_graphs import read_shards, with_updates
 
 pytestmark = pytest.mark.multiworker
-
-
-def read_shards(published: storage.PublishedOutput, node_type: str) -> pd.DataFrame:
-    files = published.files_under(f"embeddings/{node_type}")
-    return pd.concat([pq.read_table(io.BytesIO(published.read_bytes(f))).to_pandas() for f in files], ignore_index=True)
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -122,6 +122,17 @@ def _convolution(spec: ModelSpec, edge_dim: int) -> MessagePassing:
     return SAGEConv(hidden, hidden, aggr=spec.aggregation)
 
 
+def typed_input(encoder: nn.Module, node_type: str, x: dict[str, torch.Tensor], node: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(n, hidden) layer-0 state of a type's nodes in a typed encoder (``HeteroEncoder``, the typed
+    propagation encoder): its ``project[type]`` layer on the features, the rows a sharded learnt
+    embedding put in ``x``, or its replicated ``embedding[type]`` rows of the batch's node ids."""
+    if node_type in encoder.project:
+        return encoder.project[node_type](x[node_type])
+    if node_type in encoder.sharded:
+        return x[node_type]
+    return encoder.embedding[node_type](node[node_type])
+
+
 class HeteroEncoder(nn.Module):
     """Message passing over typed nodes and edges: per layer one convolution per edge type
     (``model.type``), summed over the edge types that reach a node type.
@@ -163,7 +174,7 @@ class HeteroEncoder(nn.Module):
         """x[type]: (n_type, d_type); node[type]: (n_type,) partition ids; edge_attr[etype]: (e, d_e)
         → embeddings[type]: (n_type, hidden), or, given a sampled batch's ``slices``
         (``gnn.hop_trimming``), each type's seeds only: (seeds_type, hidden)."""
-        h = {t: self._input(t, x, node) for t in node}
+        h = {t: typed_input(self, t, x, node) for t in node}
         edge_index = {e: v for e, v in edge_index.items() if e[0] in h and e[2] in h}
         edge_attr = {e: v for e, v in (edge_attr or {}).items() if e in edge_index}
         for i, conv in enumerate(self.convs):
@@ -181,14 +192,6 @@ class HeteroEncoder(nn.Module):
             if i < len(self.convs) - 1:
                 h = {t: nn.functional.dropout(torch.relu(v), self.dropout, self.training) for t, v in h.items()}
         return h
-
-    def _input(self, node_type: str, x: dict[str, torch.Tensor], node: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(n, hidden) layer-0 state of a type's nodes: projected features, or learnt embeddings."""
-        if node_type in self.project:
-            return self.project[node_type](x[node_type])
-        if node_type in self.sharded:
-            return x[node_type]
-        return self.embedding[node_type](node[node_type])
 
     def encode_batch(self, batch) -> dict[str, torch.Tensor]:
         """A GLT batch's embeddings per node type; a sampled batch that says its hops is encoded

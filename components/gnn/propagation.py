@@ -46,7 +46,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from components.config import ModelSpec
 from components.errors import GnnflowError
-from components.gnn.model import EdgeType, NodeInput, decoded_features
+from components.gnn.model import EdgeType, NodeInput, decoded_features, typed_input
 
 
 class PropagationEncoder(nn.Module):
@@ -215,7 +215,7 @@ class TypedPropagationEncoder(nn.Module):
         """x[type]: (n_type, d_type); node[type]: (n_type,) partition ids → (n_type, hidden) per
         type. ``edge_attr`` and ``slices`` are accepted for the interface and not read: propagation
         uses no edge features and runs over the whole subgraph."""
-        h0 = {t: self._input(t, x, node) for t in self.node_types if t in node}
+        h0 = {t: typed_input(self, t, x, node) for t in self.node_types if t in node}
         rows, edges, order = homogeneous_view(h0, edge_index, self.edge_types)
         edges, weights = normalised_edges(edges, rows.size(0), rows.dtype)
         if self.kind == "appnp":
@@ -228,14 +228,6 @@ class TypedPropagationEncoder(nn.Module):
                 if i < last:
                     out = F.relu(out)
         return dict(zip(order, out.split([h0[t].size(0) for t in order])))
-
-    def _input(self, node_type: str, x: dict[str, torch.Tensor], node: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(n, hidden) h0 of a type's nodes: its input layer on its features, or its learnt rows."""
-        if node_type in self.project:
-            return self.project[node_type](x[node_type])
-        if node_type in self.sharded:
-            return x[node_type]
-        return self.embedding[node_type](node[node_type])
 
     def encode_batch(self, batch) -> dict[str, torch.Tensor]:
         """Every node's embedding of a GLT batch (a ``HeteroData``, or a ``Data`` of one node type)."""
