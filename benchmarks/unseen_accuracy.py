@@ -34,7 +34,8 @@ infer's ``smoothing_seconds`` (the slowest worker's). The tuned rows' train seco
 best config's training; the study's own cost is printed beside the table.
 
 Resumable: every finished cell (graph, method, seed) and study is written to --out at once; a rerun
-skips them when the proposal (and, for *_cs, the infer section) is what it was. Models and data live
+skips them when the proposal (and, for *_cs, the infer section) is what it was; a PyG cell, when the
+proposal's data sections (all but model, training and infer) and the baseline's code are. Models and data live
 under --work (default: beside --out), in a folder named for the proposal's digest.
 """
 
@@ -128,6 +129,8 @@ class GraphRun:
         )
         self.base = apply_overrides(proposed, {"resources.world_size": 2}, "2 workers")
         self.basis = digest(self.base.model_dump(mode="json"))
+        # The PyG rows read only the preprocess output: a new model, training or infer proposal keeps them.
+        self.data_basis = digest(self.base.model_dump(mode="json", exclude={"model", "training", "infer"}))
         self.root = storage.parse_uri(work / name / self.basis)  # tune's output folder: data/ and trials/ below it
         self.cs = smoothing_overrides()
         model = self.base.model
@@ -156,7 +159,10 @@ class GraphRun:
         return self._data
 
     def cell(self, method: str, seed: int) -> dict:
-        basis = self.basis + (digest(self.cs) if method.endswith("_cs") else "") + (version(method) if method in PYG else "")
+        if method in PYG:
+            basis = self.data_basis + version(method)
+        else:
+            basis = self.basis + (digest(self.cs) if method.endswith("_cs") else "")
         key = f"{self.name}/{method}/{seed}"
         done = self.results.get("cells", key, basis)
         if done is not None:

@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Sequence
 
 from components.errors import GnnflowError
+from components.infer.output import MODES
 from components.runtime.entrypoint import run_cli
 from pipelines import compile as compile_command
 from pipelines import deploy as deploy_command
@@ -68,7 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field, e.g. --set training.epochs=5 (repeatable)"
     )
-    run.add_argument("--infer-mode", choices=["sampled", "exact"], default="sampled", help="inference mode of the infer step")
+    run.add_argument(
+        "--infer-mode",
+        choices=MODES,
+        default="auto",
+        help="inference mode of the infer step (auto: exact when training.mode is full_graph, else sampled)",
+    )
     run.add_argument(
         "--via",
         choices=["direct", "kfp-local", "kfp-docker"],

@@ -106,7 +106,7 @@ def build_pipeline(
     if gated:
 
         @decorate
-        def gnnflow_gated(config: str, overrides: str = "{}", data_version: str = "", infer_mode: str = "sampled") -> GatedPipelineOutputs:
+        def gnnflow_gated(config: str, overrides: str = "{}", data_version: str = "", infer_mode: str = "auto") -> GatedPipelineOutputs:
             """As the ungated pipeline; infer, report and export run only when train's model is blessed."""
             tasks = trained_tasks(config, overrides, data_version)
             settings = {"config": config, "overrides": overrides}
@@ -125,10 +125,10 @@ def build_pipeline(
         return gnnflow_gated
 
     @decorate
-    def gnnflow(config: str, overrides: str = "{}", data_version: str = "", infer_mode: str = "sampled") -> PipelineOutputs:
+    def gnnflow(config: str, overrides: str = "{}", data_version: str = "", infer_mode: str = "auto") -> PipelineOutputs:
         """``config``: YAML text or a URI of a YAML file; ``overrides``: a JSON object of dotted keys;
         ``data_version``: a fingerprint of the input tables (part of preprocess's cache key);
-        ``infer_mode``: sampled or exact."""
+        ``infer_mode``: sampled, exact, or auto (exact when training.mode is full_graph, else sampled)."""
         tasks = trained_tasks(config, overrides, data_version)
         settings = {"config": config, "overrides": overrides}
         model, partitions = tasks["train"].outputs["model"], tasks["partition"].outputs["partitions"]

@@ -26,7 +26,7 @@ def build_inference_pipeline(steps: StepTasks, export: bool) -> Callable[..., Na
 
     @dsl.pipeline(name=PIPELINE_NAME, description="gnnflow inference-only: fresh tables embedded with a trained model, no training.")
     def gnnflow_inference(
-        config: str, model: str, overrides: str = "{}", data_version: str = "", infer_mode: str = "sampled"
+        config: str, model: str, overrides: str = "{}", data_version: str = "", infer_mode: str = "auto"
     ) -> InferenceOutputs:
         """``model``: a published model URI or ``REGISTRY@blessed`` / ``REGISTRY@vN`` (resolved when
         the run starts); the other parameters as in the training pipeline."""

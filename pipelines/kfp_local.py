@@ -69,7 +69,7 @@ def run_via_kfp_local(
     config_text: str,
     overrides: dict[str, object],
     root: storage.LocalUri,
-    infer_mode: str = "sampled",
+    infer_mode: str = "auto",
     image: str | None = None,
     from_model: str | None = None,
 ) -> KfpLocalRun:
@@ -140,7 +140,7 @@ def run_from_cli(
     config_uri: str | None,
     output: str | None,
     overrides: dict[str, object],
-    infer_mode: str = "sampled",
+    infer_mode: str = "auto",
     image: str | None = None,
     from_model: str | None = None,
 ) -> KfpLocalRun:

@@ -30,6 +30,7 @@ from components.config.preflight import PlannedRun
 from components.demo.graph import generate_demo_graph, write_demo_graph
 from components.errors import GnnflowError
 from components.export.step import export
+from components.infer.output import resolved_mode
 from components.infer.step import infer
 from components.partition.step import partition
 from components.preprocess.output import load_fitted_state
@@ -48,13 +49,11 @@ from pipelines.preflight import check_before_run
 log = logging.getLogger("gnnflow.run")
 
 DEMO_NODES = 10_000
-DEMO_OVERRIDES: dict[str, object] = {
-    # Two workers, so the demo exercises distributed partitioning, training and inference like a
-    # real run; few epochs, since the demo graph is learnt within them.
-    "resources.world_size": 2,
-    "training.epochs": 15,
-    "training.early_stopping_patience": 5,
-}
+# Two workers, so the demo exercises distributed partitioning, training and inference like a real run.
+DEMO_OVERRIDES: dict[str, object] = {"resources.world_size": 2}
+# Sampled training learns the demo graph within few epochs (many batches each); full-graph training
+# keeps the proposal's epochs, one optimizer step each.
+DEMO_SAMPLED_OVERRIDES: dict[str, object] = {"training.epochs": 15, "training.early_stopping_patience": 5}
 STATE_FILE = "run_state.json"
 
 
@@ -129,18 +128,20 @@ def demo_config(root: storage.Uri, num_nodes: int = DEMO_NODES) -> GnnflowConfig
         relation="cites",
         output_root=str(root),
     )
-    config = apply_overrides(config, DEMO_OVERRIDES, "the demo settings")
+    demo = DEMO_OVERRIDES | (DEMO_SAMPLED_OVERRIDES if config.training.mode == "sampled" else {})
+    config = apply_overrides(config, demo, "the demo settings")
     storage.write_text(root.join("config.yaml"), render(config, "the bundled demo graph"))
     log.info("demo graph: %d nodes → %s; config → %s", num_nodes, data, root.join("config.yaml"))
     return config
 
 
-def plan(config: GnnflowConfig, outputs: RunOutputs, infer_mode: str = "sampled") -> list[_PlannedStep]:
+def plan(config: GnnflowConfig, outputs: RunOutputs, infer_mode: str = "auto") -> list[_PlannedStep]:
     """The steps in DAG order, with what each one's output depends on: the six (with register after
     train when ``registry.uri`` is set, export when configured); an inference-only run's
     (``outputs.trained`` False) have no train or register, and preprocess reuses the model's
     fitted transforms."""
     c, o = config, outputs
+    infer_mode = resolved_mode(infer_mode, c.training.mode)  # auto and the mode it means are one output
     sections = lambda *names: {n: getattr(c, n).model_dump(mode="json") for n in names}  # noqa: E731
     world = {"world_size": c.resources.world_size}
     tables = {"tables": tables_fingerprint(c.graph)}
@@ -240,7 +241,7 @@ class _RunState:
 def run_pipeline(
     config: GnnflowConfig,
     root: storage.Uri,
-    infer_mode: str = "sampled",
+    infer_mode: str = "auto",
     force: bool = False,
     model: storage.Uri | None = None,
     overridden: tuple[str, ...] = (),
@@ -268,7 +269,7 @@ def run_steps(
     config: GnnflowConfig,
     root: storage.Uri,
     names: Collection[str],
-    infer_mode: str = "sampled",
+    infer_mode: str = "auto",
     force: bool = False,
     model: storage.Uri | None = None,
 ) -> tuple[list[str], list[str], str | None]:
@@ -309,7 +310,7 @@ def run(
     config_uri: str | None,
     output: str | None,
     overrides: dict[str, object] | None = None,
-    infer_mode: str = "sampled",
+    infer_mode: str = "auto",
     force: bool = False,
     from_model: str | None = None,
 ) -> RunResult:

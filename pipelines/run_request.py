@@ -114,7 +114,7 @@ class RunRequest:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     display_name: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
-    infer_mode: Literal["sampled", "exact"] = "sampled"
+    infer_mode: Literal["auto", "sampled", "exact"] = "auto"
     enable_caching: bool | None = None
     package: str | None = None
     image: str | None = None

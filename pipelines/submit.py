@@ -147,7 +147,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overrides", help="overrides as a JSON object, e.g. '{\"training.epochs\": 5}'")
     parser.add_argument("--display-name", help="name shown in the console (default: gnnflow-<timestamp>)")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="Vertex AI label (repeatable)")
-    parser.add_argument("--infer-mode", choices=["sampled", "exact"], default="sampled")
+    parser.add_argument("--infer-mode", choices=["auto", "sampled", "exact"], default="auto")
     parser.add_argument(
         "--from-model",
         metavar="MODEL",

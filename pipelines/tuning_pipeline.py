@@ -118,7 +118,7 @@ def build_tuning_pipeline(
         return task
 
     @dsl.pipeline(name=PIPELINE_NAME, description="gnnflow: the data steps once, then a Vertex AI hyperparameter-tuning job of train.")
-    def gnnflow_tuning(config: str, overrides: str = "{}", data_version: str = "", infer_mode: str = "sampled") -> None:
+    def gnnflow_tuning(config: str, overrides: str = "{}", data_version: str = "", infer_mode: str = "auto") -> None:
         settings = {"config": config, "overrides": overrides}
         pre = configure(preprocess_op(**settings, data_version=data_version, image=image), "preprocess")
         ser = configure(serialize_op(**settings, image=image, preprocessed=pre.outputs["preprocessed"]), "serialize")

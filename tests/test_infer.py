@@ -29,6 +29,7 @@ from components.partition.step import partition
 from components.preprocess.step import preprocess
 from components.runtime.launcher import WorkerContext, launch
 from components.serialize.step import serialize
+from components.tables.learning_choice import FALLBACK
 from components.tables.proposal import propose_config
 from components.train.step import train
 from tests.link_eval_workers import score_test_edges
@@ -92,6 +93,7 @@ def trained(tmp_path_factory) -> Trained:
             dst_column="dst",
             label_column="label",
             output_root=str(root / "run"),
+            choice=FALLBACK,  # sampled graphsage: this module compares its sampled and exact inference
         )
     )
     labels = demo.nodes.set_index("node_id")["label"]
@@ -350,3 +352,12 @@ def test_histogram_auc_counts_ties_half():
     positive, negative = score_histogram(torch.tensor([1.0, 2.0])), score_histogram(torch.tensor([0.0, 1.0]))
     assert histogram_auc(positive, negative) == 0.875  # 3 of 4 pairs won, one tied
     assert np.isnan(histogram_auc(positive, score_histogram(torch.zeros(0))))
+
+
+def test_auto_mode_infers_the_way_the_model_trained():
+    from components.infer.output import resolved_mode
+
+    assert resolved_mode("auto", "full_graph") == "exact" and resolved_mode("auto", "sampled") == "sampled"
+    assert resolved_mode("sampled", "full_graph") == "sampled" and resolved_mode("exact", "sampled") == "exact"
+    with pytest.raises(GnnflowError, match="unknown inference mode 'fast': choose one of auto, sampled, exact"):
+        resolved_mode("fast", "sampled")

@@ -49,9 +49,12 @@ def test_a_homogeneous_featured_node_classification_graph_gets_the_choice(tmp_pa
     assert (size_epochs(20_000, TrainingSpec(), 2).epochs, size_epochs(20_000, TrainingSpec(), 2).early_stopping_patience) == (50, 10)
     assert parse_config(config.to_yaml(), "round-trip") == config
     text = render(config, "n.csv and e.csv")
-    assert "--infer-mode exact" in text and "--infer-mode exact" not in render(proposed, "n.csv and e.csv")
+    sampled = propose_config(nodes, edges, **_columns(label_column="label"), choice=LearningChoice("graphsage", "sampled"))
+    assert "infer computes the same way, exactly" in text and "exactly" not in render(sampled, "n.csv and e.csv")
 
-    gcnii = propose_config(nodes, edges, **_columns(label_column="label"), choice=LearningChoice(model_type="gcnii"))
+    gcnii = propose_config(
+        nodes, edges, **_columns(label_column="label"), choice=LearningChoice(model_type="gcnii", training_mode="sampled")
+    )
     assert (gcnii.model.type, gcnii.model.num_layers, gcnii.training.mode) == ("gcnii", 16, "sampled")
 
 
@@ -89,3 +92,31 @@ def test_link_prediction_and_featureless_graphs_fall_back(tmp_path):
     # needs no features and stays.
     assert _learning(bare) == (FALLBACK_MODEL_TYPE, FALLBACK_TRAINING_MODE, "correct_and_smooth")
     assert parse_config(bare.to_yaml(), "round-trip") == bare
+
+
+def test_a_graph_too_large_for_full_graph_training_falls_back_to_sampled(tmp_path, monkeypatch):
+    from components.config import ModelSpec
+    from components.tables import proposal
+    from components.tables.learning_choice import full_graph_bytes_per_row, full_graph_fits
+    from components.tables.row_counts import feature_width
+
+    appnp = ModelSpec(type="appnp")
+    # 128 features, 64 wide, 2 layers + 10 steps + 2: (128 + 2 * 64 * 14) * 4 bytes a row, so the
+    # budget's 7.5 GiB hold 2**20 rows a worker.
+    assert full_graph_bytes_per_row(128, appnp) == 7680
+    assert full_graph_fits(2**20, 1, 128, appnp) and not full_graph_fits(2**20 + 1, 1, 128, appnp)
+    assert full_graph_fits(2**21, 2, 128, appnp)
+    assert full_graph_bytes_per_row(128, ModelSpec(type="graphsage")) == 4 * (128 + 2 * 64 * 4)
+
+    nodes, edges = _demo(tmp_path)  # 300 nodes
+    fits = propose_config(nodes, edges, **_columns(label_column="label"), choice=EVERYTHING)
+    assert _learning(fits) == ("appnp", "full_graph", "correct_and_smooth")
+    width, _ = feature_width(fits.graph.nodes[0])
+    assert width == 16 + 1 + 9  # 16 words, the standardised score, 8 venues seen and one for any other
+    row = full_graph_bytes_per_row(width, appnp)
+    monkeypatch.setattr(proposal, "FULL_GRAPH_WORKER_BYTES", row * 300)
+    assert _learning(propose_config(nodes, edges, **_columns(label_column="label"), choice=EVERYTHING))[1] == "full_graph"
+    monkeypatch.setattr(proposal, "FULL_GRAPH_WORKER_BYTES", row * 299)
+    # One node over: model and mode fall back together (the rule chose them as one); smoothing stays.
+    too_large = propose_config(nodes, edges, **_columns(label_column="label"), choice=EVERYTHING)
+    assert _learning(too_large) == (FALLBACK_MODEL_TYPE, FALLBACK_TRAINING_MODE, "correct_and_smooth")

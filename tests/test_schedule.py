@@ -85,7 +85,7 @@ def test_vertex_schedule_carries_cron_zone_limits_account_labels_and_the_config_
         "config": config_uri,
         "overrides": '{"training.epochs": 7}',
         "data_version": "",
-        "infer_mode": "sampled",
+        "infer_mode": "auto",
     }
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
     assert set(tasks) == STEPS and job["pipelineSpec"]["pipelineInfo"]["name"] == "gnnflow"

@@ -84,7 +84,7 @@ def test_vertex_submission_sends_spec_parameters_account_labels_and_root(recorde
     assert yaml.safe_load(parameters["config"]) == load_config(config_uri).model_dump(mode="json")
     assert json.loads(parameters["overrides"]) == {"training.epochs": 5}
     assert parameters["data_version"].startswith("sha256:") and len(parameters["data_version"]) == 39
-    assert parameters["infer_mode"] == "sampled"
+    assert parameters["infer_mode"] == "auto"
 
 
 def test_experiment_is_created_and_the_run_joins_it(recorder, gcs_bucket, config_uri, package, capsys):
@@ -119,7 +119,7 @@ def test_experiment_is_created_and_the_run_joins_it(recorder, gcs_bucket, config
     [post] = recorder.seen("POST", JOBS)
     assert post.query["pipelineJobId"] == ["gnnflow-exp-1"]
     assert post.json["serviceAccount"] == "runner@demo-project.iam.gserviceaccount.com"
-    assert post.json["runtimeConfig"]["parameterValues"]["infer_mode"] == "sampled"
+    assert post.json["runtimeConfig"]["parameterValues"]["infer_mode"] == "auto"
     [link] = recorder.seen("POST", store + "/contexts/gnn-sweeps:addContextChildren")
     assert link.json == {"childContexts": [f"{store[4:]}/contexts/gnnflow-exp-1"]}  # the run's system.PipelineRun context
     order = [r.path for r in recorder.requests if r.method == "POST"]

@@ -134,7 +134,7 @@ def test_bad_messages_are_answered_400_naming_the_field_and_nothing_is_sent(reco
     cases = [
         (pubsub({"overrides": {}}), "field 'config_uri': Field required"),
         (pubsub({"config_uri": config_uri, "confg": 1}), "field 'confg': unknown field"),
-        (pubsub({"config_uri": config_uri, "infer_mode": "fast"}), "field 'infer_mode': Input should be 'sampled' or 'exact'"),
+        (pubsub({"config_uri": config_uri, "infer_mode": "fast"}), "field 'infer_mode': Input should be 'auto', 'sampled' or 'exact'"),
         (pubsub({"config_uri": config_uri, "overrides": "[1]"}), "field 'overrides' must be a JSON object"),
         (pubsub({"config_uri": config_uri, "overrides": {"training.epoch": 2}}), "key 'training.epoch' does not name a config field"),
         (pubsub({"config_uri": f"gs://{gcs_bucket}/nope.yaml"}), f"gs://{gcs_bucket}/nope.yaml does not exist"),

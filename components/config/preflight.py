@@ -18,7 +18,7 @@ class PlannedRun:
     """A run about to start.
 
     config: the resolved config (overrides applied).
-    infer_mode: ``sampled`` or ``exact``.
+    infer_mode: ``sampled``, ``exact`` or ``auto`` (exact when the config trains full-graph).
     local: the multi-worker steps run on this machine (``gnnflow run``, ``--via kfp-local``), so
         what this machine offers (a GPU) can be checked here; False for a run submitted to Vertex
         AI or KFP, whose workers run on the cluster's machines.
@@ -28,7 +28,7 @@ class PlannedRun:
     """
 
     config: GnnflowConfig
-    infer_mode: str = "sampled"
+    infer_mode: str = "auto"
     local: bool = True
     model: str | None = None
     overridden: tuple[str, ...] = ()

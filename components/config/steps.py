@@ -220,7 +220,7 @@ class TrainingSpec(_Section):
         "sampled",
         description="sampled: mini-batches of sampled neighbourhoods (GLT); full_graph: every epoch is one step over the "
         "whole graph, each worker holding only its partition and fetching the rows its nodes read from one peer at a "
-        "time, recomputing them in the backward pass (SAR; node classification with model.type graphsage or gcn on a "
+        "time, recomputing them in the backward pass (SAR; node classification with model.type graphsage, gcn, appnp or gcnii on a "
         "homogeneous graph with node features; batch_size and fan_outs do not apply; runs on the CPU).",
     )
     full_graph_block_rows: int = Field(

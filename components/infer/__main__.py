@@ -28,8 +28,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--mode",
         choices=MODES,
-        default="sampled",
-        help="sampled: neighbour sampling with training.fan_outs; exact: full neighbourhoods, layer by layer (homogeneous graphs)",
+        default="auto",
+        help="sampled: neighbour sampling with training.fan_outs; exact: full neighbourhoods, layer by layer (homogeneous graphs); "
+        "auto (default): exact when training.mode is full_graph, else sampled",
     )
     args = parser.parse_args(argv)
     if args.world_size is not None and args.world_size < 1:

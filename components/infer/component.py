@@ -17,7 +17,8 @@ def infer(
 ) -> None:
     """Embeds (and classifies) every node into ``embeddings``; logs the test metrics recomputed from them.
 
-    ``mode``: sampled (neighbour sampling) or exact (full neighbourhoods, layer by layer).
+    ``mode``: sampled (neighbour sampling), exact (full neighbourhoods, layer by layer) or auto
+    (exact when the config trains full-graph, else sampled).
     ``replicas``: 0 when the workers run inside this task; N when this function runs on each of
     the N replicas of a Vertex AI CustomJob (``resources.runner: vertex``, fixed at compile time).
     """

@@ -16,8 +16,21 @@ node is cold, and neither is written.
 
 from __future__ import annotations
 
+from components.errors import GnnflowError
+
 STEP = "infer"
-MODES = ("sampled", "exact")  # sampled: GLT's neighbour loader; exact: full neighbourhoods, layer by layer
+# sampled: GLT's neighbour loader; exact: full neighbourhoods, layer by layer; auto: the way the
+# model trained (exact for training.mode full_graph, whose propagation saw whole neighbourhoods).
+MODES = ("auto", "sampled", "exact")
 METRICS_FILE = "metrics.json"
 EMBEDDINGS_FOLDER = "embeddings"
 CANDIDATES_FOLDER = "retrieval/candidates"  # the same folder as infer.retrieval.CANDIDATES_DIR
+
+
+def resolved_mode(mode: str, training_mode: str) -> str:
+    """``mode`` (one of :data:`MODES`) with ``auto`` settled by the config's ``training.mode``."""
+    if mode not in MODES:
+        raise GnnflowError(f"unknown inference mode {mode!r}: choose one of {', '.join(MODES)}")
+    if mode != "auto":
+        return mode
+    return "exact" if training_mode == "full_graph" else "sampled"

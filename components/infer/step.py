@@ -37,7 +37,7 @@ from components.infer.layerwise import check_encoder, exact_outputs
 from components.infer.link_eval import link_metrics
 from components.infer.link_eval import own_embeddings as served_embeddings
 from components.infer.metrics import shard_confusion
-from components.infer.output import METRICS_FILE, MODES, STEP
+from components.infer.output import METRICS_FILE, STEP, resolved_mode
 from components.infer.outputs import NodeOutputs
 from components.infer.readback import own_embeddings, own_nodes, read_own
 from components.infer.restore import RestoredModel, model_config, restore_model
@@ -308,11 +308,11 @@ def _open(uri: storage.Uri | str, step: str, what: str) -> storage.PublishedOutp
 
 
 def infer(
-    config: GnnflowConfig, partitions_uri: storage.Uri | str, model_uri: storage.Uri | str, output: storage.Uri | str, mode: str = "sampled"
+    config: GnnflowConfig, partitions_uri: storage.Uri | str, model_uri: storage.Uri | str, output: storage.Uri | str, mode: str = "auto"
 ) -> storage.PublishedOutput | None:
-    """Runs the step; returns the published output (None on cluster replicas other than the first)."""
-    if mode not in MODES:
-        raise GnnflowError(f"unknown inference mode {mode!r}: choose one of {', '.join(MODES)}")
+    """Runs the step; returns the published output (None on cluster replicas other than the first).
+    ``mode``: sampled, exact, or auto (exact for a config that trains full-graph, else sampled)."""
+    mode = resolved_mode(mode, config.training.mode)
     output = storage.parse_uri(output)
     # Everything a user can get wrong fails here, before any worker starts.
     partitions = _open(partitions_uri, PARTITION_STEP, "the partitions")

@@ -4,9 +4,14 @@ The options are chosen on validation accuracy over several graphs by a rule fixe
 (benchmarks/init_config_models.py; figures in benchmarks/RESULTS.md), all of them homogeneous
 node-classification graphs with node features. So the chosen options are proposed only for such
 graphs (and smoothing wherever node classification has edges between target nodes); any other
-graph gets what works everywhere: graphsage, sampled training, no smoothing. A full-graph choice
-would also need a size above which the proposal falls back to sampled training (full-graph
-training is one CPU step over the whole graph an epoch); none is set, since none is chosen.
+graph gets what works everywhere: graphsage, sampled training, no smoothing.
+
+Full-graph training holds every row of a worker's partition at once, with one activation and
+its gradient per layer or propagation step, and the choices were measured on graphs of 1,500 to
+3,327 nodes. So a full-graph choice is proposed only where its predicted memory per worker
+(:func:`full_graph_bytes_per_row` times the worker's share of the nodes) stays within
+:data:`FULL_GRAPH_WORKER_BYTES`; a larger graph gets the fallback model and mode together, since
+the rule chose model and mode as one (appnp trained sampled measured worst of all six).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Literal
 
 from components.config import GraphSpec, TaskType
 from components.config.inference import Smoothing
-from components.config.steps import ModelType
+from components.config.steps import ModelSpec, ModelType
 
 TrainingMode = Literal["sampled", "full_graph"]
 
@@ -25,12 +30,19 @@ FALLBACK_MODEL_TYPE: ModelType = "graphsage"
 FALLBACK_TRAINING_MODE: TrainingMode = "sampled"
 FALLBACK_SMOOTHING: Smoothing = "none"
 
-# Today's options, kept until the rule's runs are complete: on seed 0 (four graphs) appnp/full_graph
-# led by 0.015 mean validation accuracy, by the rule's own standard a contested lead that seeds 1
-# and 2 must confirm, and gcnii/full_graph was not yet measured (RESULTS, issue 40).
-PROPOSED_MODEL_TYPE: ModelType = "graphsage"
-PROPOSED_TRAINING_MODE: TrainingMode = "sampled"
+# The rule's outcome over four graphs and seeds 0-2 (benchmarks/init_config_models.py; RESULTS, issue
+# 40): appnp/full_graph, the cheapest within 0.005 mean validation accuracy of gcnii/full_graph (and
+# 0.014 over graphsage/sampled), and no smoothing (Correct & Smooth added 0.0013, within the margin).
+PROPOSED_MODEL_TYPE: ModelType = "appnp"
+PROPOSED_TRAINING_MODE: TrainingMode = "full_graph"
 PROPOSED_SMOOTHING: Smoothing = "none"
+
+# A full-graph worker's budget for its rows' features and activations: a quarter of the default
+# train replica's memory (n1-standard-8, 30 GB), which leaves the rest to the process itself, its
+# peer blocks (training.full_graph_block_rows) and the partition's edges. With the proposal's
+# appnp (64 wide, 2 layers, 10 steps) and 128 features that is about 1.1 million rows a worker.
+FULL_GRAPH_WORKER_BYTES = 7.5 * 2**30
+FLOAT32 = 4
 
 
 @dataclass(frozen=True)
@@ -48,10 +60,25 @@ def homogeneous_with_features(graph: GraphSpec) -> bool:
     return len(graph.nodes) == 1 and len(messages) == 1 and bool(graph.nodes[0].features)
 
 
-def applicable(choice: LearningChoice, graph: GraphSpec, task: TaskType, target: str) -> LearningChoice:
+def full_graph_bytes_per_row(feature_width: int, model: ModelSpec) -> int:
+    """Bytes one node costs a full-graph worker: its features, and per layer or propagation step (and
+    the task's head and input) one ``hidden_channels`` activation kept for backward plus its gradient."""
+    steps = model.num_layers + (model.propagation_steps if model.type == "appnp" else 0) + 2
+    return FLOAT32 * (feature_width + 2 * model.hidden_channels * steps)
+
+
+def full_graph_fits(nodes: float, world_size: int, feature_width: int, model: ModelSpec, budget: float = FULL_GRAPH_WORKER_BYTES) -> bool:
+    """Whether a worker's share of ``nodes`` rows fits ``budget`` bytes in full-graph training."""
+    return nodes / world_size * full_graph_bytes_per_row(feature_width, model) <= budget
+
+
+def applicable(choice: LearningChoice, graph: GraphSpec, task: TaskType, target: str, *, fits_full_graph: bool = True) -> LearningChoice:
     """``choice`` with each option this graph and task do not allow (or were not measured on) set
-    back to its fallback."""
+    back to its fallback; ``fits_full_graph`` False: the graph is too large for full-graph training,
+    so a full-graph choice falls back to the fallback model and mode."""
     measured = task == "node_classification" and homogeneous_with_features(graph)
+    if choice.training_mode == "full_graph" and not fits_full_graph:
+        measured = False
     smoothable = task == "node_classification" and any(e.role == "message" and e.src_type == e.dst_type == target for e in graph.edges)
     return LearningChoice(
         model_type=choice.model_type if measured else FALLBACK_MODEL_TYPE,
@@ -61,3 +88,4 @@ def applicable(choice: LearningChoice, graph: GraphSpec, task: TaskType, target:
 
 
 PROPOSED = LearningChoice()
+FALLBACK = LearningChoice(FALLBACK_MODEL_TYPE, FALLBACK_TRAINING_MODE, FALLBACK_SMOOTHING)

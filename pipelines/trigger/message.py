@@ -28,7 +28,9 @@ class TriggerPayload(BaseModel):
     overrides: dict[str, Any] = Field(default_factory=dict, description='Dotted config keys, e.g. {"training.epochs": 20}.')
     display_name: str | None = Field(None, description="Name shown in the console (default: gnnflow-<timestamp>).")
     labels: dict[str, str] = Field(default_factory=dict, description="Vertex AI labels of the run.")
-    infer_mode: Literal["sampled", "exact"] = Field("sampled", description="How the infer step computes embeddings.")
+    infer_mode: Literal["auto", "sampled", "exact"] = Field(
+        "auto", description="How the infer step computes embeddings (auto: exact when training.mode is full_graph, else sampled)."
+    )
     enable_caching: bool | None = Field(None, description="Force step caching on or off (default: the compiled setting).")
     from_model: str | None = Field(
         None,
