@@ -253,6 +253,13 @@ class TrainingSpec(_Section):
     )
     learning_rate: float = Field(0.01, gt=0, description="Adam learning rate.")
     weight_decay: float = Field(5e-4, ge=0, description="Adam weight decay.")
+    weight_decay_scope: Literal["all", "input_layer"] = Field(
+        "all",
+        description="What training.weight_decay applies to. all: every dense parameter; input_layer: only the layers that "
+        "read each node type's input (the first convolution or linear layer, a replicated learnt embedding), the rest "
+        "left undecayed: the GCN and APPNP papers' recipe, which regularises the wide feature map where few labels "
+        "overfit.",
+    )
     embedding_optimizer: Literal["row_adagrad", "sparse_adam"] = Field(
         "row_adagrad",
         description="model.learnt_embeddings sharded: the sparse optimizer of the embedding rows (only a batch's rows are "

@@ -73,6 +73,9 @@ class HomogeneousSAGE(GraphSAGE):
         super().__init__(in_dim, spec.hidden_channels, spec.num_layers, dropout=spec.dropout, aggr=spec.aggregation)
         self.node_type = node_type
 
+    def input_layers(self) -> list[nn.Module]:
+        return [self.convs[0]]
+
     def encode_batch(self, batch) -> dict[str, torch.Tensor]:
         slices = layer_slices(batch, self.num_layers)
         x = decoded_features(self, self.node_type, batch.x)
@@ -100,6 +103,9 @@ class HomogeneousGCN(GCN):
     def __init__(self, node_type: str, in_dim: int, spec: ModelSpec) -> None:
         super().__init__(in_dim, spec.hidden_channels, spec.num_layers, dropout=spec.dropout)
         self.node_type = node_type
+
+    def input_layers(self) -> list[nn.Module]:
+        return [self.convs[0]]
 
     def encode_batch(self, batch) -> dict[str, torch.Tensor]:
         return {self.node_type: self(decoded_features(self, self.node_type, batch.x), batch.edge_index)}
@@ -162,6 +168,10 @@ class HeteroEncoder(nn.Module):
             HeteroConv({e: _convolution(spec, edge_dims.get(e, 0)) for e in edge_types}, aggr="sum") for _ in range(spec.num_layers)
         )
         self.dropout = spec.dropout
+
+    def input_layers(self) -> list[nn.Module]:
+        """Each featured type's projection and each replicated embedding (sharded rows have their own optimizer)."""
+        return [*self.project.values(), *self.embedding.values()]
 
     def forward(
         self,

@@ -78,6 +78,9 @@ class APPNPEncoder(PropagationEncoder):
         self.dropout = nn.Dropout(spec.dropout)
         self.propagation = APPNP(spec.propagation_steps, spec.teleport, normalize=False)
 
+    def input_layers(self) -> list[nn.Module]:
+        return [self.lins[0]]
+
     @property
     def steps(self) -> int:
         return self.propagation.K
@@ -115,6 +118,9 @@ class GCNIIEncoder(PropagationEncoder):
         )
         self.dropout = nn.Dropout(spec.dropout)
 
+    def input_layers(self) -> list[nn.Module]:
+        return [self.lin]
+
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         edges, weights = normalised_edges(edge_index, x.size(0), x.dtype)
         h = h0 = F.relu(self.lin(self.dropout(x)))
@@ -136,6 +142,9 @@ class InputMLP(nn.Module):
         self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
         self.dropout = nn.Dropout(spec.dropout)
 
+    def input_layer(self) -> nn.Module:
+        return self.lins[0]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         last = len(self.lins) - 1
         for i, lin in enumerate(self.lins):
@@ -152,6 +161,9 @@ class InputLinear(nn.Module):
         super().__init__()
         self.lin = nn.Linear(in_dim, spec.hidden_channels)
         self.dropout = nn.Dropout(spec.dropout)
+
+    def input_layer(self) -> nn.Module:
+        return self.lin
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.relu(self.lin(self.dropout(x)))
@@ -203,6 +215,10 @@ class TypedPropagationEncoder(nn.Module):
                 GCN2Conv(spec.hidden_channels, spec.teleport, spec.identity_strength, i + 1, shared_weights=True, normalize=False)
                 for i in range(spec.num_layers)
             )
+
+    def input_layers(self) -> list[nn.Module]:
+        """Each featured type's first input layer and each replicated embedding (sharded rows have their own optimizer)."""
+        return [*(p.input_layer() for p in self.project.values()), *self.embedding.values()]
 
     def forward(
         self,

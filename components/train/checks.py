@@ -14,6 +14,7 @@ TRAIN_ONLY_KEYS = (
     "training.batch_size",
     "training.learning_rate",
     "training.weight_decay",
+    "training.weight_decay_scope",
     "training.embedding_optimizer",
     "training.embedding_learning_rate",
     "training.early_stopping_patience",

@@ -51,6 +51,7 @@ from components.runtime.threads import ThreadPlan, Work, use_worker_threads
 from components.train import attempts, bundle, checkpoint, curves, health
 from components.train.embeddings import TrainedEmbeddings
 from components.train.full_graph import full_graph_setup
+from components.train.optimizer import dense_optimizer
 from components.train.output import HISTORY_FILE, METRICS_FILE, MODEL_FILE, SPEC_FILE, STEP, VALIDATION_METRIC
 from components.train.resume import epoch_start, restore_task_random_state, resumed_state, task_loaders
 
@@ -307,7 +308,7 @@ def train_worker(ctx: WorkerContext, job: TrainJob) -> dict | interruption.Preem
         task, model, ddp, stop = _sampled_setup(ctx, part, config, edge_dir, placement, threads)
     if config.resources.reuse_freed_memory:
         reuse_freed_memory()  # after loading: the batches' blocks are what gets reused
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.training.learning_rate, weight_decay=config.training.weight_decay)
+    optimizer = dense_optimizer(model, config.training)
     output = storage.parse_uri(job.output)
     task_embeddings = getattr(task, "embeddings", None)
     embeddings = TrainedEmbeddings(task_embeddings) if task_embeddings is not None else None
