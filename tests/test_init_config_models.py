@@ -96,7 +96,7 @@ def test_link_prediction_and_featureless_graphs_fall_back(tmp_path):
 
 def test_a_graph_too_large_for_full_graph_training_falls_back_to_sampled(tmp_path, monkeypatch):
     from components.config import ModelSpec
-    from components.tables import proposal
+    from components.tables import learning_choice
     from components.tables.learning_choice import full_graph_bytes_per_row, full_graph_fits
     from components.tables.row_counts import feature_width
 
@@ -114,9 +114,9 @@ def test_a_graph_too_large_for_full_graph_training_falls_back_to_sampled(tmp_pat
     width, _ = feature_width(fits.graph.nodes[0])
     assert width == 16 + 1 + 9  # 16 words, the standardised score, 8 venues seen and one for any other
     row = full_graph_bytes_per_row(width, appnp)
-    monkeypatch.setattr(proposal, "FULL_GRAPH_WORKER_BYTES", row * 300)
+    monkeypatch.setattr(learning_choice, "FULL_GRAPH_WORKER_BYTES", row * 300)
     assert _learning(propose_config(nodes, edges, **_columns(label_column="label"), choice=EVERYTHING))[1] == "full_graph"
-    monkeypatch.setattr(proposal, "FULL_GRAPH_WORKER_BYTES", row * 299)
+    monkeypatch.setattr(learning_choice, "FULL_GRAPH_WORKER_BYTES", row * 299)
     # One node over: model and mode fall back together (the rule chose them as one); smoothing stays.
     too_large = propose_config(nodes, edges, **_columns(label_column="label"), choice=EVERYTHING)
     assert _learning(too_large) == (FALLBACK_MODEL_TYPE, FALLBACK_TRAINING_MODE, "correct_and_smooth")

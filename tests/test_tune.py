@@ -339,7 +339,7 @@ def test_train_refuses_a_trial_argument_that_is_not_a_dotted_key():
 def test_default_space_follows_the_task_and_the_model(tiny_config):
     config = load_config(str(tiny_config))  # node classification, GATv2 with one head, fan-outs [15, 10]
     space = default_space(config)
-    basics = ["training.learning_rate", "model.hidden_channels", "model.dropout", "training.weight_decay"]
+    basics = ["training.learning_rate", "model.hidden_channels", "model.dropout", "training.weight_decay", "training.weight_decay_scope"]
     models = ["model.type", "model.aggregation", "model.propagation_steps", "model.teleport", "model.identity_strength", "model.num_layers"]
     assert space.keys == [*basics, *models, "training.fan_outs"]  # gat has no full-graph form: no training.mode
     assert next(p for p in space.params if p.key == "training.fan_outs").choices == ([5, 5], [10, 10], [15, 10], [25, 15])

@@ -142,6 +142,7 @@ def test_trial_zero_is_the_config_as_given_with_only_the_conditions_it_meets():
         "model.hidden_channels",
         "model.dropout",
         "training.weight_decay",
+        "training.weight_decay_scope",
         "model.type",
         "training.mode",
         "training.fan_outs",

@@ -22,6 +22,7 @@ from typing import Literal
 from components.config import GraphSpec, TaskType
 from components.config.inference import Smoothing
 from components.config.steps import ModelSpec, ModelType
+from components.tables.row_counts import count_table, feature_width
 
 TrainingMode = Literal["sampled", "full_graph"]
 
@@ -43,6 +44,7 @@ PROPOSED_SMOOTHING: Smoothing = "none"
 # appnp (64 wide, 2 layers, 10 steps) and 128 features that is about 1.1 million rows a worker.
 FULL_GRAPH_WORKER_BYTES = 7.5 * 2**30
 FLOAT32 = 4
+COUNT_EXACT_UP_TO = 64 << 20  # as the checks before a run count: larger CSV files are estimated from their start
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,19 @@ def full_graph_bytes_per_row(feature_width: int, model: ModelSpec) -> int:
 def full_graph_fits(nodes: float, world_size: int, feature_width: int, model: ModelSpec, budget: float = FULL_GRAPH_WORKER_BYTES) -> bool:
     """Whether a worker's share of ``nodes`` rows fits ``budget`` bytes in full-graph training."""
     return nodes / world_size * full_graph_bytes_per_row(feature_width, model) <= budget
+
+
+def fits_full_graph(choice: LearningChoice, graph: GraphSpec, task: TaskType, target: str, hidden_channels: int, world_size: int) -> bool:
+    """Whether the target's nodes fit full-graph training on ``world_size`` workers; True where the
+    choice cannot train full-graph anyway (counted from the files' footers or newlines, a CSV file
+    over COUNT_EXACT_UP_TO bytes estimated from its start, a BigQuery table from its metadata)."""
+    if choice.training_mode != "full_graph" or task != "node_classification":
+        return True
+    table = next(n for n in graph.nodes if n.type == target)
+    width, _ = feature_width(table)
+    model = ModelSpec(type=choice.model_type, hidden_channels=hidden_channels)
+    rows = count_table(table, exact_up_to=COUNT_EXACT_UP_TO).rows
+    return full_graph_fits(rows, world_size, width, model, FULL_GRAPH_WORKER_BYTES)
 
 
 def applicable(choice: LearningChoice, graph: GraphSpec, task: TaskType, target: str, *, fits_full_graph: bool = True) -> LearningChoice:

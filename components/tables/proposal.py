@@ -45,15 +45,7 @@ from components.config.inference import InferSpec
 from components.errors import GnnflowError
 from components.tables import reading as tables
 from components.tables.bigquery_tables import bigquery_chunks, read_bigquery_header_and_sample, start_table_read
-from components.tables.learning_choice import (
-    FULL_GRAPH_WORKER_BYTES,
-    PROPOSED,
-    LearningChoice,
-    applicable,
-    full_graph_bytes_per_row,
-    full_graph_fits,
-)
-from components.tables.row_counts import feature_width
+from components.tables.learning_choice import PROPOSED, LearningChoice, applicable, fits_full_graph
 from components.warehouse.table_ref import is_bigquery_uri, parse_table_uri
 
 ONE_HOT_MAX_VALUES = 32
@@ -178,25 +170,8 @@ def count_training_rows(
     """Training rows of a node table (labelled ones) or an edge table (every row), counted file by
     file until ``enough``: rows whose split column holds ``split.train_value``, or all of them times
     the random split's training fraction."""
-    share = 1.0 if split_column else split.train
-    return _count_rows(uri, label_column, split_column, split.train_value, share, reading, enough)
-
-
-def count_rows(uri: str, reading: PreprocessSpec, *, enough: float) -> float:
-    """Every row of a table, counted file by file until ``enough``."""
-    return _count_rows(uri, None, None, None, 1.0, reading, enough)
-
-
-def _count_rows(
-    uri: str,
-    label_column: str | None,
-    split_column: str | None,
-    train_value: str | None,
-    share: float,
-    reading: PreprocessSpec,
-    enough: float,
-) -> float:
     columns = {c: pa.string() for c in (label_column, split_column) if c}
+    share = 1.0 if split_column else split.train
     chunks: Iterator[tables.TableChunk]
     if is_bigquery_uri(uri) and not columns:  # every row counts: the table's metadata has their number
         from components.warehouse.reading import table_metadata
@@ -215,7 +190,7 @@ def _count_rows(
         if label_column:
             keep = pc.and_(keep, pc.fill_null(pc.not_equal(chunk.table.column(label_column), ""), False))
         if split_column:
-            keep = pc.and_(keep, pc.fill_null(pc.equal(chunk.table.column(split_column), train_value), False))
+            keep = pc.and_(keep, pc.fill_null(pc.equal(chunk.table.column(split_column), split.train_value), False))
         count += share * (pc.sum(pc.cast(keep, pa.int64())).as_py() or 0)
         if count >= enough:
             break
@@ -380,7 +355,8 @@ def propose_graph_config(
         split = SplitSpec(none_values=sorted(set(split.none_values) | others))
     several = len(nodes) > 1 or len(edges) > 1
     graph = GraphSpec(nodes=node_specs, edges=edge_specs)
-    chosen = applicable(choice, graph, task, target, fits_full_graph=_fits_full_graph(choice, graph, task, target, hidden_channels))
+    fits = fits_full_graph(choice, graph, task, target, hidden_channels, ResourcesSpec().world_size)
+    chosen = applicable(choice, graph, task, target, fits_full_graph=fits)
     config = GnnflowConfig(
         graph=graph,
         task=TaskSpec(type=task, target=target if several else None, split=split),
@@ -399,19 +375,6 @@ def propose_graph_config(
         training_rows = count_training_rows(target_edges.uri, None, None, split, config.preprocess, enough=enough)
     training = size_epochs(training_rows, config.training, config.resources.world_size, min_optimizer_steps)
     return config.model_copy(update={"training": training})
-
-
-def _fits_full_graph(choice: LearningChoice, graph: GraphSpec, task: TaskType, target: str, hidden_channels: int) -> bool:
-    """Whether the target's nodes fit full-graph training on the default workers (counted only where
-    the choice could apply: full-graph node classification; counting stops once they no longer fit)."""
-    if choice.training_mode != "full_graph" or task != "node_classification":
-        return True
-    table = next(n for n in graph.nodes if n.type == target)
-    width, _ = feature_width(table)
-    model = ModelSpec(type=choice.model_type, hidden_channels=hidden_channels)
-    world_size = ResourcesSpec().world_size
-    limit = FULL_GRAPH_WORKER_BYTES / full_graph_bytes_per_row(width, model) * world_size
-    return full_graph_fits(count_rows(table.uri, PreprocessSpec(), enough=limit + 1), world_size, width, model, FULL_GRAPH_WORKER_BYTES)
 
 
 def render(config: GnnflowConfig, sources: str) -> str:

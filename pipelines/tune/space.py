@@ -211,8 +211,9 @@ def _weight_decay(config: GnnflowConfig) -> Param:
 def default_space(config: GnnflowConfig) -> SearchSpace:
     """The built-in space for the config's task.
 
-    Both tasks: learning rate and weight decay (log scales around Adam's usual range), hidden
-    width, dropout and, for sampled training with one fan-out list, the fan-outs (each list as
+    Both tasks: learning rate and weight decay (log scales around Adam's usual range) and what the
+    decay applies to (every parameter, or the input layers), hidden width, dropout and, for
+    sampled training with one fan-out list, the fan-outs (each list as
     deep as the config samples). Node classification adds the encoder and its own parameters,
     each searched only in trials of the types it belongs to, and the training mode where the graph
     trains both ways (:mod:`pipelines.tune.model_space`); the fan-outs are then searched only in
@@ -222,11 +223,13 @@ def default_space(config: GnnflowConfig) -> SearchSpace:
     # GATv2 concatenates its heads: each width is rounded to a multiple of them.
     heads = config.model.attention_heads if config.model.type == "gat" else 1
     widths = tuple(max(heads, round(w / heads) * heads) for w in (32, 64, 128, 256))
+    scopes = (config.training.weight_decay_scope, *(s for s in ("all", "input_layer") if s != config.training.weight_decay_scope))
     params = [
         Param("training.learning_rate", "float", low=1e-3, high=5e-2, log=True),
         Param("model.hidden_channels", "categorical", choices=widths),
         Param("model.dropout", "float", low=0.0, high=0.7),
         _weight_decay(config),
+        Param("training.weight_decay_scope", "categorical", choices=scopes),
     ]
     models, mode = model_params(config)
     params += models
