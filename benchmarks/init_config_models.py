@@ -54,7 +54,7 @@ from components.partition.step import partition  # noqa: E402
 from components.preprocess.step import preprocess  # noqa: E402
 from components.runtime.runlog import configure  # noqa: E402
 from components.serialize.step import serialize  # noqa: E402
-from components.tables.learning_choice import LearningChoice  # noqa: E402
+from components.tables.learning_choice import FALLBACK_REGULARISATION, LearningChoice  # noqa: E402
 from components.tables.proposal import propose_config  # noqa: E402
 from components.train.step import train  # noqa: E402
 
@@ -85,7 +85,9 @@ def proposed(graph: tuple[str, str, str | None], combo: str, seed: int, **traini
         dst_column="dst",
         label_column="label",
         split_column=split,
-        choice=LearningChoice(model_type=model_type, training_mode=mode),  # type: ignore[arg-type]
+        # Steps 1-3 compared the types and modes with the configs' default regularisation (step 4:
+        # benchmarks/init_config_regularisation.py).
+        choice=LearningChoice(model_type=model_type, training_mode=mode, regularisation=FALLBACK_REGULARISATION),  # type: ignore[arg-type]
     )
     assert (config.model.type, config.training.mode) == (model_type, mode), "the proposal fell back on a graph it was meant for"
     update = {"seed": seed, "evaluate_test": False, **training}

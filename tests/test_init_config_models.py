@@ -14,11 +14,18 @@ from components.tables.learning_choice import (
     FALLBACK_TRAINING_MODE,
     PROPOSED,
     LearningChoice,
+    Regularisation,
 )
 from components.tables.proposal import EdgeTable, NodeTable, propose_config, propose_graph_config, render, size_epochs
 
 # Every option other than the fallbacks: what a graph that allows none of them must not get.
-EVERYTHING = LearningChoice(model_type="appnp", training_mode="full_graph", smoothing="correct_and_smooth")
+EVERYTHING = LearningChoice(
+    model_type="appnp", training_mode="full_graph", smoothing="correct_and_smooth", regularisation=Regularisation("input_layer", 0.05, 1)
+)
+
+
+def _regularisation(config) -> tuple[str, float, int]:  # noqa: ANN001
+    return config.training.weight_decay_scope, config.training.weight_decay, config.model.num_layers
 
 
 def _learning(config) -> tuple[str, str, str]:  # noqa: ANN001
@@ -41,6 +48,7 @@ def test_a_homogeneous_featured_node_classification_graph_gets_the_choice(tmp_pa
 
     config = propose_config(nodes, edges, **_columns(label_column="label"), choice=EVERYTHING)
     assert _learning(config) == ("appnp", "full_graph", "correct_and_smooth")
+    assert _regularisation(config) == ("input_layer", 0.05, 1)
     # Full-graph training is one optimizer step an epoch: 200 epochs make the 200 steps, where the
     # 240 sampled training nodes would have needed the same (one batch), and 20,000 would not.
     assert (config.training.epochs, config.training.early_stopping_patience) == (200, 200)
@@ -55,7 +63,10 @@ def test_a_homogeneous_featured_node_classification_graph_gets_the_choice(tmp_pa
     gcnii = propose_config(
         nodes, edges, **_columns(label_column="label"), choice=LearningChoice(model_type="gcnii", training_mode="sampled")
     )
+    # The MLP depth is appnp's: gcnii keeps its own default depth.
     assert (gcnii.model.type, gcnii.model.num_layers, gcnii.training.mode) == ("gcnii", 16, "sampled")
+    deep = LearningChoice(model_type="gcnii", training_mode="sampled", regularisation=Regularisation("input_layer", 0.05, 1))
+    assert propose_config(nodes, edges, **_columns(label_column="label"), choice=deep).model.num_layers == 16
 
 
 def test_a_heterogeneous_graph_falls_back_to_what_works_everywhere(tmp_path):
@@ -72,6 +83,7 @@ def test_a_heterogeneous_graph_falls_back_to_what_works_everywhere(tmp_path):
     # The model and the mode fall back (several types; the choice was made on homogeneous graphs);
     # smoothing stays: the papers cite papers, so labels can spread along the citations.
     assert _learning(config) == (FALLBACK_MODEL_TYPE, FALLBACK_TRAINING_MODE, "correct_and_smooth")
+    assert _regularisation(config) == ("all", 5e-4, 2)  # the regularisation was chosen with the model: it falls back too
     assert parse_config(config.to_yaml(), "round-trip") == config
 
     only_written = propose_graph_config([papers, authors], [writes], target="paper", choice=EVERYTHING)
@@ -120,3 +132,4 @@ def test_a_graph_too_large_for_full_graph_training_falls_back_to_sampled(tmp_pat
     # One node over: model and mode fall back together (the rule chose them as one); smoothing stays.
     too_large = propose_config(nodes, edges, **_columns(label_column="label"), choice=EVERYTHING)
     assert _learning(too_large) == (FALLBACK_MODEL_TYPE, FALLBACK_TRAINING_MODE, "correct_and_smooth")
+    assert _regularisation(too_large) == ("all", 5e-4, 2)

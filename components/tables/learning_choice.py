@@ -1,4 +1,4 @@
-"""What a proposed run learns with: the model type, the training mode and infer's smoothing.
+"""What a proposed run learns with: the model type, the training mode, infer's smoothing and the regularisation.
 
 The options are chosen on validation accuracy over several graphs by a rule fixed before the runs
 (benchmarks/init_config_models.py; figures in benchmarks/RESULTS.md), all of them homogeneous
@@ -21,15 +21,32 @@ from typing import Literal
 
 from components.config import GraphSpec, TaskType
 from components.config.inference import Smoothing
-from components.config.steps import ModelSpec, ModelType
+from components.config.steps import ModelSpec, ModelType, TrainingSpec
 from components.tables.row_counts import count_table, feature_width
 
 TrainingMode = Literal["sampled", "full_graph"]
+WeightDecayScope = Literal["all", "input_layer"]
+
+
+@dataclass(frozen=True)
+class Regularisation:
+    """What weight decay applies to and how much, and the MLP depth (appnp's ``model.num_layers``;
+    None: the model's own default; other types keep theirs, a stack's depth or gcnii's layers)."""
+
+    weight_decay_scope: WeightDecayScope
+    weight_decay: float
+    num_layers: int | None = None
+
+    def model_fields(self, model_type: ModelType) -> dict[str, int]:
+        """The ``model`` section's values it sets for ``model_type`` (none where it keeps its default depth)."""
+        return {"num_layers": self.num_layers} if self.num_layers is not None and model_type == "appnp" else {}
+
 
 # The options that work on every graph and task: what is proposed where a chosen option does not apply.
 FALLBACK_MODEL_TYPE: ModelType = "graphsage"
 FALLBACK_TRAINING_MODE: TrainingMode = "sampled"
 FALLBACK_SMOOTHING: Smoothing = "none"
+FALLBACK_REGULARISATION = Regularisation(TrainingSpec().weight_decay_scope, TrainingSpec().weight_decay)
 
 # The rule's outcome over four graphs and seeds 0-2 (benchmarks/init_config_models.py; RESULTS, issue
 # 40): appnp/full_graph, the cheapest within 0.005 mean validation accuracy of gcnii/full_graph (and
@@ -37,11 +54,16 @@ FALLBACK_SMOOTHING: Smoothing = "none"
 PROPOSED_MODEL_TYPE: ModelType = "appnp"
 PROPOSED_TRAINING_MODE: TrainingMode = "full_graph"
 PROPOSED_SMOOTHING: Smoothing = "none"
+# Step 4 of the rule, on appnp/full_graph (benchmarks/init_config_regularisation.py; RESULTS): the
+# APPNP paper's recipe, weight decay 5e-3 on the input layer only and one hidden layer, mean
+# validation accuracy 0.8956 against 0.8884 with 5e-4 on every parameter and two layers; 5e-2 on the
+# input layer scored 0.8968, within the margin.
+PROPOSED_REGULARISATION = Regularisation("input_layer", 5e-3, 1)
 
 # A full-graph worker's budget for its rows' features and activations: a quarter of the default
 # train replica's memory (n1-standard-8, 30 GB), which leaves the rest to the process itself, its
 # peer blocks (training.full_graph_block_rows) and the partition's edges. With the proposal's
-# appnp (64 wide, 2 layers, 10 steps) and 128 features that is about 1.1 million rows a worker.
+# appnp (64 wide, 1 layer, 10 steps) and 128 features that is about 1.1 million rows a worker.
 FULL_GRAPH_WORKER_BYTES = 7.5 * 2**30
 FLOAT32 = 4
 COUNT_EXACT_UP_TO = 64 << 20  # as the checks before a run count: larger CSV files are estimated from their start
@@ -49,11 +71,13 @@ COUNT_EXACT_UP_TO = 64 << 20  # as the checks before a run count: larger CSV fil
 
 @dataclass(frozen=True)
 class LearningChoice:
-    """The model type, training mode and smoothing a proposal asks for."""
+    """The model type, training mode, smoothing and regularisation a proposal asks for (the
+    regularisation was chosen for the proposed model type and mode)."""
 
     model_type: ModelType = PROPOSED_MODEL_TYPE
     training_mode: TrainingMode = PROPOSED_TRAINING_MODE
     smoothing: Smoothing = PROPOSED_SMOOTHING
+    regularisation: Regularisation = PROPOSED_REGULARISATION
 
 
 def homogeneous_with_features(graph: GraphSpec) -> bool:
@@ -99,8 +123,9 @@ def applicable(choice: LearningChoice, graph: GraphSpec, task: TaskType, target:
         model_type=choice.model_type if measured else FALLBACK_MODEL_TYPE,
         training_mode=choice.training_mode if measured else FALLBACK_TRAINING_MODE,
         smoothing=choice.smoothing if smoothable else FALLBACK_SMOOTHING,
+        regularisation=choice.regularisation if measured else FALLBACK_REGULARISATION,
     )
 
 
 PROPOSED = LearningChoice()
-FALLBACK = LearningChoice(FALLBACK_MODEL_TYPE, FALLBACK_TRAINING_MODE, FALLBACK_SMOOTHING)
+FALLBACK = LearningChoice(FALLBACK_MODEL_TYPE, FALLBACK_TRAINING_MODE, FALLBACK_SMOOTHING, FALLBACK_REGULARISATION)

@@ -360,8 +360,12 @@ def propose_graph_config(
     config = GnnflowConfig(
         graph=graph,
         task=TaskSpec(type=task, target=target if several else None, split=split),
-        model=ModelSpec(type=chosen.model_type, hidden_channels=hidden_channels),
-        training=TrainingSpec(mode=chosen.training_mode),
+        model=ModelSpec(type=chosen.model_type, hidden_channels=hidden_channels, **chosen.regularisation.model_fields(chosen.model_type)),
+        training=TrainingSpec(
+            mode=chosen.training_mode,
+            weight_decay=chosen.regularisation.weight_decay,
+            weight_decay_scope=chosen.regularisation.weight_decay_scope,
+        ),
         infer=InferSpec(smoothing=chosen.smoothing),
         output=OutputSpec(root=output_root),
     )

@@ -201,11 +201,12 @@ def _fan_out_choices(config: GnnflowConfig) -> list[list[int]]:
 
 
 def _weight_decay(config: GnnflowConfig) -> Param:
-    """A log scale around Adam's usual range; a config without weight decay (0, which no log scale
-    holds) gets it off or at a few usual strengths instead, so that trial 0 can be the config as given."""
+    """A log scale around Adam's usual range, up to 0.1 since decay on the input layer alone
+    (``training.weight_decay_scope``) takes more; a config without weight decay (0, which no log
+    scale holds) gets it off or at a few usual strengths instead, so that trial 0 can be the config as given."""
     if config.training.weight_decay == 0:
         return Param("training.weight_decay", "categorical", choices=(0.0, 1e-5, 1e-4, 1e-3, 1e-2))
-    return Param("training.weight_decay", "float", low=1e-6, high=1e-2, log=True)
+    return Param("training.weight_decay", "float", low=1e-6, high=1e-1, log=True)
 
 
 def default_space(config: GnnflowConfig) -> SearchSpace:
