@@ -85,7 +85,7 @@ def test_pipeline_parameters_reach_every_task(spec):
     assert {k: v.get("defaultValue") for k, v in parameters.items() if k != "config"} == {
         "overrides": "{}",
         "data_version": "",
-        "infer_mode": "sampled",
+        "infer_mode": "auto",
     }
     tasks = spec["root"]["dag"]["tasks"]
     for name, task in tasks.items():

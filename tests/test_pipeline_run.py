@@ -32,6 +32,9 @@ from tests.test_train import NODE_CLASSIFICATION
 pytestmark = pytest.mark.multiworker
 
 STEPS = ["preprocess", "serialize", "partition", "train", "infer", "report"]
+# This module checks how runs rerun, skip and resume, over the many batches of a sampled epoch: the
+# demo trains sampled graphsage here, not its full-graph proposal (one step an epoch; test_kfp_local runs that).
+SAMPLED = ["--set", "model.type=graphsage", "--set", "training.mode=sampled", "--set", "model.num_layers=2"]
 # The demo is learnt within a few epochs; what the reruns below check is which steps run again.
 DEMO_EPOCHS = 4
 # More epochs continue the published model's run (3 or 4 epochs): the SIGTERM, sent at its first
@@ -46,7 +49,7 @@ def _ran_and_skipped(root) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo") / "run"
-    assert gnnflow(["run", "--output", str(root), "--set", f"training.epochs={DEMO_EPOCHS}"]) == 0
+    assert gnnflow(["run", "--output", str(root), *SAMPLED, "--set", f"training.epochs={DEMO_EPOCHS}"]) == 0
     return root
 
 
@@ -73,13 +76,13 @@ def test_rerun_skips_up_to_date_steps_and_reruns_what_changed(demo_run, capsys):
     before = {s: v["generation"] for s, v in _ran_and_skipped(demo_run).items()}
     config = str(demo_run / "config.yaml")
     capsys.readouterr()
-    assert gnnflow(["run", "--config", config, "--output", str(demo_run), "--set", f"training.epochs={DEMO_EPOCHS}"]) == 0
+    assert gnnflow(["run", "--config", config, "--output", str(demo_run), *SAMPLED, "--set", f"training.epochs={DEMO_EPOCHS}"]) == 0
     out = capsys.readouterr().out
     assert "skipped (up to date): preprocess, serialize, partition, train, infer, report" in out
     assert {s: v["generation"] for s, v in _ran_and_skipped(demo_run).items()} == before
 
     # A training change reruns train and what follows it, nothing before it.
-    assert gnnflow(["run", "--config", config, "--output", str(demo_run), "--set", f"training.epochs={DEMO_EPOCHS - 1}"]) == 0
+    assert gnnflow(["run", "--config", config, "--output", str(demo_run), *SAMPLED, "--set", f"training.epochs={DEMO_EPOCHS - 1}"]) == 0
     out = capsys.readouterr().out
     assert "skipped (up to date): preprocess, serialize, partition" in out
     after = {s: v["generation"] for s, v in _ran_and_skipped(demo_run).items()}
@@ -103,6 +106,7 @@ def test_a_run_stopped_by_sigterm_in_train_exits_75_and_its_rerun_resumes_train_
         str(demo_run / "config.yaml"),
         "--output",
         str(demo_run),
+        *SAMPLED,
         "--set",
         f"training.epochs={SIGTERM_EPOCHS}",
         "--set",
@@ -142,13 +146,15 @@ def _version_or_none(uri: Path) -> str | None:
 
 
 def test_run_rejects_a_bad_override_before_any_step(tmp_path, capsys):
-    assert gnnflow(["run", "--output", str(tmp_path / "r"), "--set", "training.fan_outs=[5]"]) == 2
-    assert "training.fan_outs has 1 entries but model.num_layers is 2" in capsys.readouterr().err
+    # The demo's proposal is appnp with a one-layer MLP, whose sampled depth is its own; a graphsage of it is not.
+    assert gnnflow(["run", "--output", str(tmp_path / "r"), "--set", "training.mode=sampled", "--set", "model.type=graphsage"]) == 2
+    assert "training.fan_outs has 2 entries but model.num_layers is 1" in capsys.readouterr().err
     assert not (tmp_path / "r" / "preprocessed").exists()
     assert gnnflow(["run", "--output", str(tmp_path / "s"), "--set", "training.epoch=5"]) == 2
     assert "key 'training.epoch' does not name a config field" in capsys.readouterr().err
     # A model that exact inference cannot run is refused before preprocess, not after training.
-    assert gnnflow(["run", "--output", str(tmp_path / "t"), "--infer-mode", "exact", "--set", "model.type=gat"]) == 2
+    gat = ["--set", "model.type=gat", "--set", "training.mode=sampled", "--set", "model.num_layers=2"]
+    assert gnnflow(["run", "--output", str(tmp_path / "t"), "--infer-mode", "exact", *gat]) == 2
     assert (
         "infer --mode exact supports model.type graphsage, gcn, appnp or gcnii; this config has model.type gat" in capsys.readouterr().err
     )
@@ -157,7 +163,8 @@ def test_run_rejects_a_bad_override_before_any_step(tmp_path, capsys):
     assert gnnflow(["run", "--via", "kfp-local", "--force", "--output", str(tmp_path / "u")]) == 2
     assert "--force has no effect with --via kfp-local" in capsys.readouterr().err
     assert not (tmp_path / "u").exists()
-    assert gnnflow(["run", "--via", "kfp-local", "--output", str(tmp_path / "v"), "--infer-mode", "exact", "--set", "model.type=rgcn"]) == 2
+    rgcn = ["--set", "model.type=rgcn", "--set", "training.mode=sampled", "--set", "model.num_layers=2"]
+    assert gnnflow(["run", "--via", "kfp-local", "--output", str(tmp_path / "v"), "--infer-mode", "exact", *rgcn]) == 2
     assert (
         "infer --mode exact supports model.type graphsage, gcn, appnp or gcnii; this config has model.type rgcn" in capsys.readouterr().err
     )
