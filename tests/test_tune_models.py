@@ -87,6 +87,12 @@ def test_a_gcnii_config_keeps_its_type_and_a_gat_config_trains_sampled_only():
     gat = default_space(config(model={"type": "gat"}))
     assert gat.param("model.type").choices == ("gat", "graphsage", "gcn", "appnp", "gcnii")
     assert "training.mode" not in gat.keys and conditions(gat)["training.fan_outs"] is None  # gat has no full-graph form
+    # init-config's appnp has a one-layer MLP and samples two hops: a stack of one layer is not what
+    # it means, so only the propagation models are offered, in both modes.
+    proposal = default_space(config(model={"type": "appnp", "num_layers": 1}, training={"mode": "full_graph"}))
+    assert proposal.param("model.type").choices == ("appnp", "gcnii")
+    assert proposal.param("training.mode").choices == ("full_graph", "sampled")
+    assert default_space(config(model={"type": "appnp"})).param("model.type").choices == ("appnp", "graphsage", "gcn", "gcnii")
     link = default_space(config(task={"type": "link_prediction"}))
     assert "model.type" not in link.keys and "training.mode" not in link.keys  # link prediction's space is as it was
 

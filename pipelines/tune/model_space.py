@@ -9,7 +9,9 @@ config's value of every key it does not search, so a type is offered only where 
 the same to it: ``model.num_layers`` is a stack's depth (graphsage, gcn, gat, rgcn: one fan-out per
 layer) and APPNP's MLP depth, which the space leaves as the config has it, and gcnii's layer count,
 which gcnii trials search. A gcnii config's 16 layers are neither, so a gcnii config keeps its type
-and tunes gcnii's own parameters.
+and tunes gcnii's own parameters; nor is an appnp config's MLP depth a stack's when it differs from
+the hops the config samples (init-config's one-layer MLP against its two fan-outs), so such a config
+offers appnp and gcnii only.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pipelines.tune.params import Condition, Param
 # The encoders a study may choose between (gat and rgcn are searched only when the config has them:
 # their own parameters, heads and relations, are not in the default space).
 CANDIDATE_TYPES = ("graphsage", "gcn", "appnp", "gcnii")
+STACK_TYPES = ("graphsage", "gcn", "gat", "rgcn")  # model.num_layers is their depth, one fan-out per layer
 PROPAGATION_STEPS = (5, 10, 20)  # APPNP's K: the paper's 10, half and double
 GCNII_LAYERS = (8, 16, 32)  # GCNII's paper ranges 2 to 64 on the citation graphs; 16 is gnnflow's default
 TELEPORT = (0.05, 0.3)  # APPNP's alpha (0.1 in the paper, searched over [0.05, 0.2]); GCNII's initial residual (0.1)
@@ -40,6 +43,8 @@ def _companions(config: GnnflowConfig, model_type: str) -> dict[str, Any] | None
     """The values a trial of ``model_type`` takes beside the config's, at the shallowest its conditional
     parameters allow; None when none of them reaches the sampled depth."""
     depth = sampled_depth(config)
+    if model_type in STACK_TYPES and config.model.type == "appnp" and config.model.num_layers != depth:
+        return None  # the MLP's depth would become the stack's: not what the config means by it
     if model_type == "gcnii" and config.model.type != "gcnii":
         layers = [n for n in GCNII_LAYERS if n >= depth]
         return {"model.num_layers": layers[0]} if layers else None
