@@ -15,10 +15,11 @@ Methods (rows):
   gcn, gat, appnp  full-batch PyG, each with its paper's hyperparameters (benchmarks/full_batch_baselines.py
                    says which and from where), on the nodes, undirected edges, features and split of the
                    graph's preprocess output: the tables gnnflow trains on
-  sampled          the proposal; infer --mode sampled
+  sampled          the proposal with training.mode sampled; infer --mode sampled
   sampled_cs       the same model, infer with infer.smoothing correct_and_smooth (its default steps and
                    alphas, or infer.alpha_selection validation where the config has that field)
-  full_graph       the proposal with training.mode full_graph; infer --mode exact
+  full_graph       the proposal with training.mode full_graph (what init-config proposes for these
+                   graphs since issue 40); infer --mode exact
   full_graph_cs    the same model, exact inference with Correct & Smooth
   tuned            a study as `gnnflow tune` runs it (pipelines/tune: the default space of the proposal,
                    trial 0 the proposal, seeded TPE, trials trained with training.evaluate_test false and
@@ -162,7 +163,8 @@ class GraphRun:
         if method in PYG:
             basis = self.data_basis + version(method)
         else:
-            basis = self.basis + (digest(self.cs) if method.endswith("_cs") else "")
+            mode = {"sampled": "-s", "full_graph": "-f"}.get(method.removesuffix("_cs"), "")  # the row's own mode, whatever the proposal's
+            basis = self.basis + mode + (digest(self.cs) if method.endswith("_cs") else "")
         key = f"{self.name}/{method}/{seed}"
         done = self.results.get("cells", key, basis)
         if done is not None:
@@ -177,10 +179,8 @@ class GraphRun:
         return self.results.put("cells", key, basis, value)
 
     def _config(self, kind: str) -> GnnflowConfig:
-        if kind == "sampled":
-            return self.base
-        if kind == "full_graph":
-            return apply_overrides(self.base, {"training.mode": "full_graph"}, "full-graph")
+        if kind in ("sampled", "full_graph"):
+            return apply_overrides(self.base, {"training.mode": kind}, kind)
         return apply_overrides(self.base, self.study()["best_params"], "the study's best trial")
 
     def _model(self, kind: str, seed: int) -> tuple[GnnflowConfig, dict]:

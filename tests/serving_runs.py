@@ -36,7 +36,14 @@ def build_small_run(root: Path, task: str = "node_classification") -> Path:
 
     uri = storage.parse_uri(root)
     config = demo_config(uri, num_nodes=RUN_NODES)
-    settings = {"task.type": task, "resources.world_size": 1, "training.epochs": 2, "training.early_stopping_patience": None}
+    settings: dict[str, object] = {
+        "task.type": task,
+        "resources.world_size": 1,
+        "training.epochs": 2,
+        "training.early_stopping_patience": None,
+    }
+    if task == "link_prediction":  # what init-config proposes for it: the demo's node-classification proposal trains full-graph appnp
+        settings |= {"model.type": "graphsage", "model.num_layers": 2, "training.mode": "sampled", "training.weight_decay_scope": "all"}
     config = apply_overrides(config, settings, "test")
     run_pipeline(config, uri, "exact")
     return root

@@ -48,7 +48,7 @@ def tiny_config(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     path = folder / "config.yaml"
     raw = config.model_dump(mode="json")
     raw["training"] |= {"mode": "sampled", "epochs": 3, "early_stopping_patience": None}
-    raw["model"] |= {"type": "gat", "hidden_channels": 48, "attention_heads": 1}
+    raw["model"] |= {"type": "gat", "hidden_channels": 48, "attention_heads": 1, "num_layers": 2}
     raw["serialize"] |= {"num_shards": 1}
     path.write_text(yaml.safe_dump(raw))
     return path

@@ -167,6 +167,7 @@ def test_tuning_pipeline_submission_sends_the_study_to_vertex(recorder, gcs_buck
         "model.hidden_channels",
         "model.dropout",
         "training.weight_decay",
+        "training.weight_decay_scope",
         "model.type",
         "training.mode",
     ]

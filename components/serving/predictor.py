@@ -9,7 +9,8 @@ features stay memory-mapped (:mod:`.graph_store`). ``predict`` answers one micro
 - a new node: its raw columns through the fitted transforms (:mod:`.encode`; a featureless type
   starts from the cold-start row), its neighbourhood sampled from the stored graph with the
   training fan-outs, the request's edges being its first hop (:mod:`.neighbourhood`), and the
-  encoder run on that subgraph;
+  encoder run on that subgraph (GCN, APPNP and GCNII, which read the whole subgraph, on each
+  node's own, so that an answer does not depend on the requests batched with it);
 - then the class and probabilities (node classification, target type) or the top-k candidates
   (link prediction, source type of the target edge, :mod:`.retrieval_index`).
 """
@@ -40,7 +41,7 @@ from components.serving.learnt_rows import learnt_tables
 from components.serving.local_files import LocalOutput, default_cache_dir
 from components.serving.neighbourhood import GivenEdges, build_subgraph
 from components.serving.retrieval_index import Retrieval, StoredEmbeddings
-from components.serving.subgraph_encoder import encode_seeds, prepare
+from components.serving.subgraph_encoder import encode_seeds, prepare, whole_subgraph
 from components.train.output import STEP as TRAIN_STEP
 from components.train.output import TRANSFORM_STATE_FILE
 
@@ -268,10 +269,19 @@ class Predictor:
             return {}
         if self.stored is not None:
             return {i: torch.from_numpy(np.array(self.stored.rows[t][node])) for t, pairs in existing.items() for i, node in pairs}
+        if whole_subgraph(self.module.encoder):  # each node alone: its answer must not depend on its batch
+            return {i: self._encode({t: np.array([node])}, [], {}, None)[t][0] for t, pairs in existing.items() for i, node in pairs}
         seeds = {t: np.unique([node for _, node in pairs]) for t, pairs in existing.items()}
-        sub = build_subgraph(self.store, seeds, [], self.layers, None, self.salt)
-        out = encode_seeds(self.module.encoder, sub, self._inputs({}), self.layers)
+        out = self._encode(seeds, [], {}, None)
         return {i: out[t][int(np.searchsorted(seeds[t], node))] for t, pairs in existing.items() for i, node in pairs}
+
+    def _encode(
+        self, seeds: dict[str, np.ndarray], edges: list[GivenEdges], rows: dict[str, np.ndarray], fan_outs: dict[str, list[int]] | None
+    ) -> dict[str, torch.Tensor]:
+        """Node type → (seeds, hidden): the encoder on the subgraph of ``seeds`` (type → ids, new ones
+        negative), sampled with ``fan_outs`` (None: every neighbour)."""
+        sub = build_subgraph(self.store, seeds, edges, self.layers, fan_outs, self.salt)
+        return encode_seeds(self.module.encoder, sub, self._inputs(rows), self.layers)
 
     def _new(self, new: dict[str, list[tuple[int, dict]]], given: list[tuple[str, int, int]]) -> dict[int, torch.Tensor]:
         if not new:
@@ -293,10 +303,21 @@ class Predictor:
         edges = [
             GivenEdges(relations[s], np.array([p[0] for p in v]), np.array([p[1] for p in v], dtype=np.int64)) for s, v in grouped.items()
         ]
+        if whole_subgraph(self.module.encoder):  # each new node alone, with its own request edges
+            return {i: self._alone(t, j, edges, rows) for t, items in new.items() for j, (i, _) in enumerate(items)}
         seeds = {t: -1 - np.arange(len(items), dtype=np.int64) for t, items in new.items()}
-        sub = build_subgraph(self.store, seeds, edges, self.layers, self.fan_outs, self.salt)
-        out = encode_seeds(self.module.encoder, sub, self._inputs(rows), self.layers)
+        out = self._encode(seeds, edges, rows, self.fan_outs)
         return {i: out[t][j] for t, items in new.items() for j, (i, _) in enumerate(items)}
+
+    def _alone(self, node_type: str, j: int, edges: list[GivenEdges], rows: dict[str, np.ndarray]) -> torch.Tensor:
+        """The ``j``-th new node of ``node_type`` encoded on its own subgraph: its request edges and its row only."""
+        own = [
+            GivenEdges(g.relation, np.zeros(int(mine.sum()), dtype=np.int64), g.neighbours[mine])
+            for g in edges
+            if g.relation.aggregating == node_type and (mine := g.seeds == j).any()
+        ]
+        row = {node_type: rows[node_type][j : j + 1]} if node_type in rows else {}
+        return self._encode({node_type: np.array([-1])}, own, row, self.fan_outs)[node_type][0]
 
     @torch.inference_mode()
     def _answers(self, instances: list[Instance], z: dict[int, torch.Tensor], k: int) -> list[Prediction]:

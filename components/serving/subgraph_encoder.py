@@ -43,6 +43,12 @@ def prepare(encoder: nn.Module) -> None:
         encoder.sharded = set(encoder.sharded) | set(encoder.embedding.keys())
 
 
+def whole_subgraph(encoder: nn.Module) -> bool:
+    """Whether ``encoder`` reads its whole subgraph at once (GCN, APPNP, GCNII: degrees and propagation
+    over every node of it), so that a seed's embedding depends on the other seeds it is batched with."""
+    return isinstance(encoder, (HomogeneousGCN, PropagationEncoder, TypedPropagationEncoder))
+
+
 @torch.inference_mode()
 def encode_seeds(encoder: nn.Module, sub: Subgraph, inputs: InputRows, layers: int) -> dict[str, torch.Tensor]:
     """Node type → (seeds of the type, hidden) embeddings, in seed order."""
