@@ -116,6 +116,7 @@ def test_trial_zero_is_the_config_as_given(study, tiny_config):
         "model.hidden_channels": config.model.hidden_channels,
         "model.dropout": config.model.dropout,
         "training.weight_decay": config.training.weight_decay,
+        "training.weight_decay_scope": "input_layer",  # the proposal's
         "model.type": "gat",  # gat's type only: graphsage's aggregation, appnp's and gcnii's parameters are not searched
         "training.fan_outs": config.training.fan_outs,
     }
@@ -123,6 +124,7 @@ def test_trial_zero_is_the_config_as_given(study, tiny_config):
     assert set(config_values(space, outside)) == {
         "model.dropout",
         "training.weight_decay",
+        "training.weight_decay_scope",
         "model.type",
         "training.fan_outs",
     }  # not in the space
