@@ -213,18 +213,24 @@ def _table(title: str, cells: dict[str, dict[str, list[float]]], graphs: list[st
         print(f"| {name} | " + " | ".join(f"{m:.4f}" for m in means) + f" | {statistics.mean(means):.4f} | {seeds} |")
 
 
-def summarize(paths: list[str]) -> None:
-    """The tables and the rule's three steps from the JSON lines of earlier runs (the last line of a run wins)."""
+def read_runs(paths: list[str], key: str) -> tuple[list[str], dict[str, list[dict]]]:
+    """The graphs run and the rows of each ``key`` value (a combination, a candidate) from the JSON
+    lines of earlier runs, the last line of a (graph, value, seed) winning."""
     runs: dict[tuple[str, str, int], dict] = {}
     for path in paths:
         for line in pathlib.Path(path).read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
-                runs[(row["graph"], row["combo"], row["seed"])] = row
-    graphs = [g for g in GRAPHS if any(k[0] == g for k in runs)]
-    by_combo: dict[str, list[dict]] = defaultdict(list)
-    for (_, combo, _), row in runs.items():
-        by_combo[combo].append(row)
+                runs[(row["graph"], row[key], row["seed"])] = row
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for (_, value, _), row in runs.items():
+        grouped[value].append(row)
+    return [g for g in GRAPHS if any(k[0] == g for k in runs)], grouped
+
+
+def summarize(paths: list[str]) -> None:
+    """The tables and the rule's three steps from the JSON lines of earlier runs (the last line of a run wins)."""
+    graphs, by_combo = read_runs(paths, "combo")
     complete = [c for c in COMBOS if {r["graph"] for r in by_combo[c]} == set(graphs)]
     trained = {c: {g: [r["val_accuracy"] for r in by_combo[c] if r["graph"] == g] for g in graphs} for c in complete}
     _table("train's validation accuracy (smoothing none)", trained, graphs)

@@ -31,12 +31,11 @@ import logging
 import pathlib
 import sys
 import tempfile
-from collections import defaultdict
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.init_config_constants import GRAPHS  # noqa: E402
-from benchmarks.init_config_models import _prepare, _table, _trained, choose, proposed, score  # noqa: E402
+from benchmarks.init_config_models import _prepare, _table, _trained, choose, proposed, read_runs, score  # noqa: E402
 from components.runtime.runlog import configure  # noqa: E402
 
 COMBO = "appnp/full_graph"
@@ -63,16 +62,7 @@ def run_graph(name: str, work: pathlib.Path, seeds: list[int], log: pathlib.Path
 
 
 def summarize(paths: list[str]) -> None:
-    runs: dict[tuple[str, str, int], dict] = {}
-    for path in paths:
-        for line in pathlib.Path(path).read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                runs[(row["graph"], row["candidate"], row["seed"])] = row
-    graphs = [g for g in GRAPHS if any(k[0] == g for k in runs)]
-    by_candidate: dict[str, list[dict]] = defaultdict(list)
-    for (_, candidate, _), row in runs.items():
-        by_candidate[candidate].append(row)
+    graphs, by_candidate = read_runs(paths, "candidate")
     complete = [c for c in CANDIDATES if {r["graph"] for r in by_candidate[c]} == set(graphs)]
     cells = {c: {g: [r["val_accuracy"] for r in by_candidate[c] if r["graph"] == g] for g in graphs} for c in complete}
     _table(f"train's validation accuracy, {COMBO}", cells, graphs)
